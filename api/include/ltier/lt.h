@@ -1,0 +1,131 @@
+/* ltier C API: remote memory over a cluster of engines.
+ *
+ * Conventions: every function returns 0 on success or a negative LT_ERR_*
+ * code (LT_strerror names it); out-parameters are last and set only on
+ * success. All functions are thread-safe. Handles (lt_lmr_t, lt_req_t) are
+ * opaque 64-bit values local to this process and unforgeable: a stale, forged
+ * or foreign handle gives -LT_ERR_BAD_HANDLE and touches no memory. No remote
+ * address or key is ever visible here.
+ *
+ * Blocking calls wait at most engine.op_timeout_ms (config; default 10 s) and
+ * then return -LT_ERR_TIMEDOUT; a waiting caller spins for engine.spin_us and
+ * then sleeps, so waiting does not burn a core.
+ */
+#ifndef LTIER_LT_H_
+#define LTIER_LT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes; functions return their negation. */
+enum {
+  LT_OK = 0,
+  LT_ERR_INVAL = 1,        /* invalid argument (caller bug) */
+  LT_ERR_BAD_HANDLE = 2,   /* invalid, forged or stale handle */
+  LT_ERR_OUT_OF_BOUNDS = 3,/* offset/length outside the LMR */
+  LT_ERR_PERM = 4,         /* the handle lacks the right for this op */
+  LT_ERR_PEER_DOWN = 5,    /* the node holding the memory is down or unreachable */
+  LT_ERR_TIMEDOUT = 6,     /* the call's deadline passed */
+  LT_ERR_AGAIN = 7,        /* out of request slots or back-pressure: retry */
+  LT_ERR_QUOTA = 8,        /* the tenant's quota is exhausted: retry after completions */
+  LT_ERR_UNSUPPORTED = 9,
+  LT_ERR_MALFORMED = 10,   /* malformed message or input */
+  LT_ERR_NOT_FOUND = 11,   /* no LMR published under that name */
+  LT_ERR_EXISTS = 12,      /* name already published */
+  LT_ERR_AUTH = 13,        /* ltier-manager refused the cluster secret */
+  LT_ERR_NO_MEMORY = 14,
+  LT_ERR_NOT_JOINED = 15,
+  LT_ERR_ALIGN = 16,
+  LT_ERR_NO_HANDLER = 17,
+  LT_ERR_TRUNCATED = 18,
+  LT_ERR_CLOSED = 19,      /* the engine left the cluster while the op was in flight */
+  LT_ERR_INTERNAL = 20,
+  LT_ERR_SYS = 21          /* a system call failed (see the log) */
+};
+
+/* LMR rights. */
+enum { LT_READ = 1, LT_WRITE = 2, LT_ATOMIC = 4, LT_RW = LT_READ | LT_WRITE };
+
+typedef struct lt_engine lt_engine_t; /* one per process (or per tenant) */
+typedef uint64_t lt_lmr_t;            /* a handle on a local or remote memory region */
+typedef uint64_t lt_req_t;            /* an operation in flight */
+typedef uint32_t lt_node_t;           /* node id given by ltier-manager; never 0 */
+
+/* Options for LT_join; NULL fields and a NULL pointer mean "config file or
+ * default". Precedence: defaults < config file < LTIER_* environment < these. */
+typedef struct lt_join_opts {
+  const char* config_path; /* YAML file (else $LTIER_CONFIG, else none) */
+  const char* manager;     /* host:port of ltier-manager */
+  const char* secret;      /* cluster secret */
+  const char* tenant;      /* tenant name (QoS) */
+  const char* listen;      /* host:port this node's tcp transport binds */
+} lt_join_opts_t;
+
+/* Joins the cluster: binds the transport, registers with ltier-manager, starts
+ * the progress thread. -LT_ERR_AUTH: wrong secret; -LT_ERR_PEER_DOWN: no
+ * manager at that address; -LT_ERR_INVAL: bad config (logged). */
+int LT_join(const lt_join_opts_t* opts, lt_engine_t** out);
+/* Leaves the cluster and frees the engine; ops in flight fail with
+ * -LT_ERR_CLOSED; memory this node hosts for others is released. */
+int LT_leave(lt_engine_t* e);
+
+lt_node_t LT_node_id(const lt_engine_t* e);
+/* Live nodes, this one included, ascending. *n is the total; at most cap ids
+ * are written. */
+int LT_nodes(lt_engine_t* e, lt_node_t* ids, size_t cap, size_t* n);
+
+/* Allocates size bytes (zeroed) on `node`; this process becomes the LMR's
+ * master and gets a handle with `rights`. */
+int LT_malloc(lt_engine_t* e, lt_node_t node, uint64_t size, uint32_t rights, lt_lmr_t* out);
+/* Master only: frees the LMR; every handle on it becomes stale. */
+int LT_free(lt_engine_t* e, lt_lmr_t lmr);
+/* Master only: makes the LMR mappable by `name` with at most `max_rights`. */
+int LT_publish(lt_engine_t* e, lt_lmr_t lmr, const char* name, uint32_t max_rights);
+/* Asks the LMR's master for a handle with `rights`; -LT_ERR_NOT_FOUND,
+ * -LT_ERR_PERM when rights exceed what was published. */
+int LT_map(lt_engine_t* e, const char* name, uint32_t rights, lt_lmr_t* out);
+/* Drops a mapped handle (not the master's: use LT_free). */
+int LT_unmap(lt_engine_t* e, lt_lmr_t lmr);
+int LT_lmr_size(lt_engine_t* e, lt_lmr_t lmr, uint64_t* size);
+
+/* One-sided operations; blocking. buf must stay valid until they return. */
+int LT_read(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len);
+int LT_write(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len);
+int LT_memset(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len);
+/* Copies between LMRs, which may live on different nodes. */
+int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src,
+              uint64_t src_offset, uint64_t len);
+
+/* Async forms: argument errors return at once; otherwise *req completes later
+ * (LT_wait / LT_test). buf must stay valid until the request completes. */
+int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,
+                  lt_req_t* req);
+int LT_write_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len,
+                   lt_req_t* req);
+int LT_memset_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len,
+                    lt_req_t* req);
+int LT_memcpy_async(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src,
+                    uint64_t src_offset, uint64_t len, lt_req_t* req);
+
+/* Waits up to timeout_us (negative: the engine's default op timeout) and
+ * returns the operation's status, freeing the request. -LT_ERR_TIMEDOUT
+ * leaves the request in flight: wait again later. */
+int LT_wait(lt_engine_t* e, lt_req_t req, int64_t timeout_us);
+/* Non-blocking: *done = 0 while in flight (returns 0); else *done = 1 and
+ * returns the operation's status, freeing the request. */
+int LT_test(lt_engine_t* e, lt_req_t req, int* done);
+
+/* "LT_ERR_PEER_DOWN: peer node is down or unreachable"; accepts either sign. */
+const char* LT_strerror(int err);
+/* "LT_ERR_PEER_DOWN" */
+const char* LT_errname(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LTIER_LT_H_ */

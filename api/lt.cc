@@ -1,0 +1,231 @@
+// The C API over proto::Core. Translates handles and Status codes; holds no
+// state of its own beyond the engine object.
+#include "ltier/lt.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "proto/core.h"
+#include "proto/manager.h"
+#include "ltier/manager.h"
+
+struct lt_engine {
+  explicit lt_engine(const lt::Config& c) : core(c) {}
+  lt::proto::Core core;
+};
+
+static_assert(LT_ERR_INVAL == static_cast<int>(lt::Code::kInvalidArg));
+static_assert(LT_ERR_BAD_HANDLE == static_cast<int>(lt::Code::kBadHandle));
+static_assert(LT_ERR_OUT_OF_BOUNDS == static_cast<int>(lt::Code::kOutOfBounds));
+static_assert(LT_ERR_PERM == static_cast<int>(lt::Code::kPerm));
+static_assert(LT_ERR_PEER_DOWN == static_cast<int>(lt::Code::kPeerDown));
+static_assert(LT_ERR_TIMEDOUT == static_cast<int>(lt::Code::kTimedOut));
+static_assert(LT_ERR_AGAIN == static_cast<int>(lt::Code::kNoResource));
+static_assert(LT_ERR_QUOTA == static_cast<int>(lt::Code::kQuota));
+static_assert(LT_ERR_NOT_FOUND == static_cast<int>(lt::Code::kNotFound));
+static_assert(LT_ERR_AUTH == static_cast<int>(lt::Code::kAuth));
+static_assert(LT_ERR_CLOSED == static_cast<int>(lt::Code::kClosed));
+static_assert(LT_ERR_SYS == static_cast<int>(lt::Code::kSys));
+static_assert(LT_ERR_SYS + 1 == lt::kNumCodes);
+
+namespace {
+
+inline int rc(lt::Status s) { return -static_cast<int>(s.code()); }
+
+template <typename T, typename U>
+inline int out_rc(const lt::Result<T>& r, U* out) {
+  if (!r.is_ok()) return rc(r.status());
+  *out = r.value();
+  return 0;
+}
+
+lt::Deadline deadline(lt_engine_t* e) { return e->core.default_deadline(); }
+
+template <typename F>
+int blocking(lt_engine_t* e, F&& submit) {
+  auto r = submit();
+  if (!r.is_ok()) return rc(r.status());
+  return rc(e->core.wait_or_cancel(r.value(), deadline(e)));
+}
+
+}  // namespace
+
+extern "C" {
+
+int LT_join(const lt_join_opts_t* opts, lt_engine_t** out) {
+  if (out == nullptr) return -LT_ERR_INVAL;
+  lt::Config c;
+  std::string error;
+  std::string path;
+  if (opts != nullptr && opts->config_path != nullptr) {
+    path = opts->config_path;
+  } else if (const char* p = std::getenv("LTIER_CONFIG")) {
+    path = p;
+  }
+  lt::Status s = lt::load_config(path, &c, &error);
+  if (!s.is_ok()) {
+    LT_ERROR("config: %s", error.c_str());
+    return rc(s);
+  }
+  if (opts != nullptr) {
+    if (opts->manager) c.cluster.manager = opts->manager;
+    if (opts->secret) c.cluster.secret = opts->secret;
+    if (opts->tenant) c.qos.tenant = opts->tenant;
+    if (opts->listen) c.tcp.listen = opts->listen;
+  }
+  auto* e = new (std::nothrow) lt_engine(c);
+  if (e == nullptr) return -LT_ERR_NO_MEMORY;
+  s = e->core.join();
+  if (!s.is_ok()) {
+    delete e;
+    return rc(s);
+  }
+  *out = e;
+  return 0;
+}
+
+int LT_leave(lt_engine_t* e) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  e->core.leave();
+  delete e;
+  return 0;
+}
+
+lt_node_t LT_node_id(const lt_engine_t* e) { return e ? e->core.self() : 0; }
+
+int LT_nodes(lt_engine_t* e, lt_node_t* ids, size_t cap, size_t* n) {
+  if (e == nullptr || n == nullptr || (cap > 0 && ids == nullptr)) return -LT_ERR_INVAL;
+  auto m = e->core.members();
+  for (size_t i = 0; i < m.size() && i < cap; ++i) ids[i] = m[i].node;
+  *n = m.size();
+  return 0;
+}
+
+int LT_malloc(lt_engine_t* e, lt_node_t node, uint64_t size, uint32_t rights, lt_lmr_t* out) {
+  if (e == nullptr || out == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.malloc(node, size, rights, deadline(e)), out);
+}
+
+int LT_free(lt_engine_t* e, lt_lmr_t lmr) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.free(lmr, deadline(e)));
+}
+
+int LT_publish(lt_engine_t* e, lt_lmr_t lmr, const char* name, uint32_t max_rights) {
+  if (e == nullptr || name == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.publish(lmr, name, max_rights, deadline(e)));
+}
+
+int LT_map(lt_engine_t* e, const char* name, uint32_t rights, lt_lmr_t* out) {
+  if (e == nullptr || name == nullptr || out == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.map(name, rights, deadline(e)), out);
+}
+
+int LT_unmap(lt_engine_t* e, lt_lmr_t lmr) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.unmap(lmr));
+}
+
+int LT_lmr_size(lt_engine_t* e, lt_lmr_t lmr, uint64_t* size) {
+  if (e == nullptr || size == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.lmr_size(lmr), size);
+}
+
+int LT_read(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return blocking(e, [&] { return e->core.read_async(lmr, offset, buf, len); });
+}
+
+int LT_write(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return blocking(e, [&] { return e->core.write_async(lmr, offset, buf, len); });
+}
+
+int LT_memset(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return blocking(e, [&] {
+    return e->core.memset_async(lmr, offset, static_cast<uint8_t>(value), len);
+  });
+}
+
+int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src,
+              uint64_t src_offset, uint64_t len) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return blocking(e, [&] { return e->core.memcpy_async(dst, dst_offset, src, src_offset, len); });
+}
+
+int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,
+                  lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.read_async(lmr, offset, buf, len), req);
+}
+
+int LT_write_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len,
+                   lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.write_async(lmr, offset, buf, len), req);
+}
+
+int LT_memset_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len,
+                    lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.memset_async(lmr, offset, static_cast<uint8_t>(value), len), req);
+}
+
+int LT_memcpy_async(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src,
+                    uint64_t src_offset, uint64_t len, lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.memcpy_async(dst, dst_offset, src, src_offset, len), req);
+}
+
+int LT_wait(lt_engine_t* e, lt_req_t req, int64_t timeout_us) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us);
+  return rc(e->core.wait(req, d));
+}
+
+int LT_test(lt_engine_t* e, lt_req_t req, int* done) {
+  if (e == nullptr || done == nullptr) return -LT_ERR_INVAL;
+  lt::Status s = e->core.test(req);
+  if (s.code() == lt::Code::kNoResource) {
+    *done = 0;
+    return 0;
+  }
+  *done = 1;
+  return rc(s);
+}
+
+const char* LT_strerror(int err) {
+  return lt::code_text(static_cast<lt::Code>(err < 0 ? -err : err));
+}
+
+const char* LT_errname(int err) {
+  return lt::code_name(static_cast<lt::Code>(err < 0 ? -err : err));
+}
+
+}  // extern "C"
+
+namespace ltier {
+
+struct Manager::Impl {
+  explicit Impl(const lt::proto::ManagerOptions& o) : m(o) {}
+  lt::proto::Manager m;
+};
+
+Manager::Manager(const ManagerOptions& o) {
+  lt::proto::ManagerOptions po;
+  po.listen = o.listen;
+  po.secret = o.secret;
+  po.heartbeat_ms = o.heartbeat_ms;
+  po.down_after_ms = o.down_after_ms;
+  po.verbose = o.verbose;
+  impl_ = std::make_unique<Impl>(po);
+}
+Manager::~Manager() = default;
+int Manager::start() { return rc(impl_->m.start()); }
+std::string Manager::address() const { return impl_->m.address(); }
+int Manager::run(const std::atomic<bool>& stop) { return rc(impl_->m.run(stop)); }
+
+}  // namespace ltier

@@ -1,0 +1,190 @@
+#include "common/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace lt {
+
+std::vector<ConfigKey> config_keys(Config& c) {
+  using K = KeyType;
+  return {
+      {"transports", "LTIER_TRANSPORTS", "allowed transports in preference order (tcp)",
+       K::kString, &c.transports},
+      {"cluster.manager", "LTIER_MANAGER", "host:port of ltier-manager", K::kString,
+       &c.cluster.manager},
+      {"cluster.secret", "LTIER_SECRET", "cluster secret; the manager refuses other values",
+       K::kString, &c.cluster.secret},
+      {"cluster.node_name", "LTIER_NODE_NAME", "name shown in the address book (default host.pid)",
+       K::kString, &c.cluster.node_name},
+      {"cluster.heartbeat_ms", "LTIER_HEARTBEAT_MS", "node heartbeat period to the manager",
+       K::kU32, &c.cluster.heartbeat_ms},
+      {"cluster.down_after_ms", "LTIER_DOWN_AFTER_MS",
+       "manager: a node silent this long is declared down", K::kU32, &c.cluster.down_after_ms},
+      {"cluster.join_timeout_ms", "LTIER_JOIN_TIMEOUT_MS", "LT_join gives up after this", K::kU32,
+       &c.cluster.join_timeout_ms},
+      {"tcp.listen", "LTIER_TCP_LISTEN", "address:port the tcp transport binds (port 0: any)",
+       K::kString, &c.tcp.listen},
+      {"tcp.advertise", "LTIER_TCP_ADVERTISE", "address peers dial (default: bound address)",
+       K::kString, &c.tcp.advertise},
+      {"tcp.connect_timeout_ms", "LTIER_TCP_CONNECT_TIMEOUT_MS", "tcp connect timeout", K::kU32,
+       &c.tcp.connect_timeout_ms},
+      {"tcp.max_msg_bytes", "LTIER_TCP_MAX_MSG_BYTES", "largest frame accepted; larger is malformed",
+       K::kU32, &c.tcp.max_msg_bytes},
+      {"tcp.sndbuf_bytes", "LTIER_TCP_SNDBUF_BYTES", "SO_SNDBUF (0: kernel default)", K::kU32,
+       &c.tcp.sndbuf_bytes},
+      {"tcp.rcvbuf_bytes", "LTIER_TCP_RCVBUF_BYTES", "SO_RCVBUF (0: kernel default)", K::kU32,
+       &c.tcp.rcvbuf_bytes},
+      {"tcp.max_queued_bytes", "LTIER_TCP_MAX_QUEUED_BYTES",
+       "per-connection send backlog before posts get back-pressure", K::kU32,
+       &c.tcp.max_queued_bytes},
+      {"engine.spin_us", "LTIER_SPIN_US", "a waiting caller spins this long, then blocks", K::kU32,
+       &c.engine.spin_us},
+      {"engine.op_timeout_ms", "LTIER_OP_TIMEOUT_MS", "default timeout of blocking calls",
+       K::kU32, &c.engine.op_timeout_ms},
+      {"engine.max_outstanding", "LTIER_MAX_OUTSTANDING", "request slots per engine", K::kU32,
+       &c.engine.max_outstanding},
+      {"engine.max_lmr_bytes", "LTIER_MAX_LMR_BYTES", "largest LT_malloc this node serves",
+       K::kU64, &c.engine.max_lmr_bytes},
+      {"qos.tenant", "LTIER_TENANT", "tenant this process joins as", K::kString, &c.qos.tenant},
+      {"qos.max_outstanding_ops", "LTIER_MAX_OUTSTANDING_OPS",
+       "tenant quota on operations in flight (LT_ERR_QUOTA above it)", K::kU32,
+       &c.qos.max_outstanding_ops},
+  };
+}
+
+std::string config_value(const ConfigKey& k) {
+  switch (k.type) {
+    case KeyType::kString:
+      return *static_cast<std::string*>(k.field);
+    case KeyType::kU32:
+      return std::to_string(*static_cast<uint32_t*>(k.field));
+    case KeyType::kU64:
+      return std::to_string(*static_cast<uint64_t*>(k.field));
+  }
+  return {};
+}
+
+namespace {
+
+Status set_value(const ConfigKey& k, const std::string& v, std::string* error) {
+  if (k.type == KeyType::kString) {
+    *static_cast<std::string*>(k.field) = v;
+    return Status::ok();
+  }
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v.c_str(), &end, 0);
+  bool bad = v.empty() || end == nullptr || *end != '\0' || errno != 0 || v[0] == '-';
+  if (!bad && k.type == KeyType::kU32 && n > UINT32_MAX) bad = true;
+  if (bad) {
+    if (error) *error = std::string(k.path) + ": expected an unsigned integer, got '" + v + "'";
+    return Code::kInvalidArg;
+  }
+  if (k.type == KeyType::kU32) {
+    *static_cast<uint32_t*>(k.field) = static_cast<uint32_t>(n);
+  } else {
+    *static_cast<uint64_t*>(k.field) = n;
+  }
+  return Status::ok();
+}
+
+Status walk(const YAML::Node& node, const std::string& prefix, std::vector<ConfigKey>& keys,
+            std::string* error) {
+  if (!node.IsMap()) {
+    if (error) *error = (prefix.empty() ? std::string("top level") : prefix) + ": expected a map";
+    return Code::kInvalidArg;
+  }
+  for (const auto& kv : node) {
+    std::string name = kv.first.as<std::string>();
+    std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (kv.second.IsMap()) {
+      LT_RETURN_IF_ERROR(walk(kv.second, path, keys, error));
+      continue;
+    }
+    const ConfigKey* key = nullptr;
+    for (const auto& k : keys) {
+      if (path == k.path) key = &k;
+    }
+    if (key == nullptr) {
+      if (error) *error = "unknown config key '" + path + "' (see ltier-info --config)";
+      return Code::kInvalidArg;
+    }
+    if (!kv.second.IsScalar()) {
+      if (error) *error = path + ": expected a scalar";
+      return Code::kInvalidArg;
+    }
+    LT_RETURN_IF_ERROR(set_value(*key, kv.second.Scalar(), error));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status load_config_text(const std::string& text, Config* out, std::string* error) {
+  Config c = *out;
+  auto keys = config_keys(c);
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (root.IsDefined() && !root.IsNull()) LT_RETURN_IF_ERROR(walk(root, "", keys, error));
+  } catch (const YAML::Exception& e) {
+    if (error) *error = std::string("YAML: ") + e.what();
+    return Code::kInvalidArg;
+  }
+  *out = std::move(c);
+  return Status::ok();
+}
+
+Status apply_env(Config* out, std::string* error) {
+  Config c = *out;
+  for (const auto& k : config_keys(c)) {
+    const char* v = std::getenv(k.env);
+    if (v != nullptr) {
+      Status s = set_value(k, v, error);
+      if (!s.is_ok()) {
+        if (error) *error = std::string(k.env) + ": " + *error;
+        return s;
+      }
+    }
+  }
+  *out = std::move(c);
+  return Status::ok();
+}
+
+Status load_config(const std::string& yaml_path, Config* out, std::string* error) {
+  Config c = *out;
+  if (!yaml_path.empty()) {
+    std::ifstream f(yaml_path);
+    if (!f) {
+      if (error) *error = "cannot open config file '" + yaml_path + "'";
+      return Code::kInvalidArg;
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    Status s = load_config_text(ss.str(), &c, error);
+    if (!s.is_ok()) {
+      if (error) *error = yaml_path + ": " + *error;
+      return s;
+    }
+  }
+  LT_RETURN_IF_ERROR(apply_env(&c, error));
+  *out = std::move(c);
+  return Status::ok();
+}
+
+Status parse_host_port(const std::string& s, std::string* host, uint16_t* port) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) return Code::kInvalidArg;
+  std::string p = s.substr(colon + 1);
+  char* end = nullptr;
+  unsigned long n = std::strtoul(p.c_str(), &end, 10);
+  if (*end != '\0' || n > 65535) return Code::kInvalidArg;
+  *host = s.substr(0, colon);
+  *port = static_cast<uint16_t>(n);
+  return Status::ok();
+}
+
+}  // namespace lt

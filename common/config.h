@@ -1,0 +1,81 @@
+// Configuration: one struct per layer with in-class defaults, loaded from a
+// YAML file and then overridden by LTIER_* environment variables. Read at init
+// only. Every key is described by a ConfigKey (help text for
+// `ltier-info --config`); the table is built per Config instance, so there is
+// no static registry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace lt {
+
+struct ClusterConfig {
+  std::string manager = "127.0.0.1:7700";  // host:port of ltier-manager
+  std::string secret = "ltier-dev-secret";
+  std::string node_name;            // default: hostname.pid
+  uint32_t heartbeat_ms = 200;      // node -> manager heartbeat period
+  uint32_t down_after_ms = 1500;    // manager: silence before a node is declared down
+  uint32_t join_timeout_ms = 5000;  // LT_join gives up after this
+};
+
+struct TcpConfig {
+  std::string listen = "127.0.0.1:0";  // address:port the node's tcp transport binds
+  std::string advertise;               // address peers dial; default: the bound address
+  uint32_t connect_timeout_ms = 2000;
+  uint32_t max_msg_bytes = 64u << 20;  // frames larger than this are malformed
+  uint32_t sndbuf_bytes = 4u << 20;    // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel default
+  uint32_t rcvbuf_bytes = 4u << 20;
+  uint32_t max_queued_bytes = 256u << 20;  // per-connection send backlog before back-pressure
+};
+
+struct EngineConfig {
+  uint32_t spin_us = 50;             // a waiter spins this long before it blocks
+  uint32_t op_timeout_ms = 10000;    // default timeout of blocking calls
+  uint32_t max_outstanding = 4096;   // request slots per engine
+  uint64_t max_lmr_bytes = 1ull << 34;  // largest single LT_malloc served by this node
+};
+
+struct QosConfig {
+  std::string tenant = "default";
+  uint32_t max_outstanding_ops = 4096;  // per-tenant quota on in-flight operations
+};
+
+struct Config {
+  ClusterConfig cluster;
+  TcpConfig tcp;
+  EngineConfig engine;
+  QosConfig qos;
+  std::string transports = "tcp";  // allowed transports, in preference order (LTIER_TRANSPORTS)
+};
+
+enum class KeyType : uint8_t { kString, kU32, kU64 };
+
+struct ConfigKey {
+  const char* path;  // YAML path, "tcp.listen"
+  const char* env;   // LTIER_TCP_LISTEN
+  const char* help;
+  KeyType type;
+  void* field;
+};
+
+/// The keys of `c`, bound to its fields.
+std::vector<ConfigKey> config_keys(Config& c);
+std::string config_value(const ConfigKey& k);
+
+/// Loads `yaml_path` (skipped when empty) over the defaults, then applies the
+/// LTIER_* environment. Unknown keys, wrong types and YAML syntax errors give
+/// kInvalidArg with `*error` naming the key or the line.
+Status load_config(const std::string& yaml_path, Config* out, std::string* error);
+/// The same from YAML text (tests, fuzzing).
+Status load_config_text(const std::string& yaml_text, Config* out, std::string* error);
+/// Applies LTIER_* variables only.
+Status apply_env(Config* c, std::string* error);
+
+/// "host:port" -> parts; the port must be 0..65535.
+Status parse_host_port(const std::string& s, std::string* host, uint16_t* port);
+
+}  // namespace lt

@@ -1,0 +1,986 @@
+#include "proto/core.h"
+
+#include <linux/futex.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/log.h"
+#include "transport/factory.h"
+
+namespace lt::proto {
+
+using transport::Completion;
+using transport::CqKind;
+using transport::WorkRequest;
+
+namespace {
+constexpr uint32_t kStFree = 0, kStPending = 1, kStClaimed = 2, kStDone = 3, kStCancelled = 4;
+constexpr size_t kCqBatch = 64;
+
+inline uint64_t word(uint32_t gen, uint32_t st) { return (static_cast<uint64_t>(gen) << 8) | st; }
+
+void futex_wait(std::atomic<uint32_t>* a, uint32_t expected, uint64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull),
+              static_cast<long>(timeout_ns % 1000000000ull)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr,
+          0);
+}
+void futex_wake_all(std::atomic<uint32_t>* a) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
+inline void cpu_relax() { __builtin_ia32_pause(); }
+}  // namespace
+
+// A handle this process holds: where the LMR lives and the capability that
+// lets this node use it. Never leaves the engine.
+struct Core::Mapping {
+  NodeId owner = 0;
+  uint64_t key = 0;
+  uint64_t cap = 0;
+  uint32_t rights = 0;
+  uint64_t size = 0;
+  bool master = false;
+  SipKey secret;  // master only: mints capabilities for mappers
+};
+
+// Memory this node owns on behalf of an LMR's master.
+struct Core::LocalLmr {
+  std::byte* mem = nullptr;
+  uint64_t size = 0;
+  SipKey secret;
+  NodeId master = 0;
+  ~LocalLmr() { std::free(mem); }
+};
+
+enum class Core::ReqKind : uint8_t { kPlain, kRead, kAlloc, kMap, kCopyRead };
+
+struct Core::Request {
+  uint32_t idx = 0;
+  std::atomic<uint64_t> word{0};  // [generation:32][state:8]
+  std::atomic<uint32_t> wake{0};  // futex word, bumped on completion
+  std::atomic<uint32_t> sleepers{0};
+  std::atomic<NodeId> peer{0};
+  ReqKind kind = ReqKind::kPlain;
+  Code status = Code::kOk;
+  bool admitted = false;
+  std::byte* out = nullptr;
+  uint64_t out_len = 0;
+  AllocReply alloc{};
+  MapReply mapr{};
+  // Cross-node memcpy: phase 1 reads into `bounce`, phase 2 writes it to dst.
+  std::unique_ptr<std::byte[]> bounce;
+  std::shared_ptr<Mapping> copy_dst;
+  uint64_t copy_dst_off = 0;
+};
+
+Core::Core(const Config& config)
+    : config_(config),
+      sched_(config.qos),
+      lmrs_(1u << 16),
+      handles_(1u << 16),
+      peers_(new PeerSlot[kMaxNodes]) {
+  uint32_t n = std::max<uint32_t>(16, config.engine.max_outstanding);
+  reqs_.reserve(n);
+  free_next_ = std::vector<std::atomic<uint32_t>>(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    reqs_.push_back(std::make_unique<Request>());
+    reqs_[i]->idx = i;
+    reqs_[i]->word.store(word(1, kStFree));
+    free_next_[i].store(i + 1 < n ? i + 2 : 0);  // stored as index+1; 0 ends the list
+  }
+  free_head_.store(1);
+  cq_.resize(kCqBatch);
+}
+
+Core::~Core() {
+  leave();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+std::string Core::transport_address() const {
+  return transport_ ? transport_->local_address() : std::string();
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+Status Core::join() {
+  if (joined_.load()) return Code::kInvalidArg;
+  if (config_.transports.find("tcp") == std::string::npos) {
+    LT_ERROR("transports '%s': only tcp is available in this build", config_.transports.c_str());
+    return Code::kUnsupported;
+  }
+  auto t = transport::make_tcp_transport(config_.tcp);
+  if (!t) return t.status();
+  transport_ = std::move(t.value());
+  max_payload_ = transport_->caps().max_msg;
+  Deadline d = Deadline::after_ms(config_.cluster.join_timeout_ms);
+  LT_RETURN_IF_ERROR(
+      membership_.join(config_.cluster, config_.qos.tenant, transport_->local_address(), d));
+  transport_->set_identity(membership_.self(), membership_.cluster_token());
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  running_.store(true);
+  joined_.store(true);
+  progress_thread_ = std::thread([this] { progress_loop(); });
+  LT_INFO("joined as node %u, tcp %s", membership_.self(), transport_->local_address().c_str());
+  return Status::ok();
+}
+
+void Core::leave() {
+  if (!joined_.exchange(false)) return;
+  membership_.leave();
+  running_.store(false);
+  uint64_t one = 1;
+  ssize_t w = write(wake_fd_, &one, sizeof(one));
+  (void)w;
+  if (progress_thread_.joinable()) progress_thread_.join();
+  for (auto& r : reqs_) {
+    uint64_t w0 = r->word.load();
+    if ((w0 & 0xff) == kStPending) {
+      uint64_t claimed = (w0 & ~uint64_t{0xff}) | kStClaimed;
+      if (r->word.compare_exchange_strong(w0, claimed)) finish(r.get(), Code::kClosed);
+    }
+  }
+}
+
+void Core::progress_loop() {
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  auto add = [&](int fd, uint32_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = tag;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(transport_->wait_fd(), 0);
+  add(membership_.fd(), 1);
+  add(wake_fd_, 2);
+  std::vector<Membership::Event> events;
+  while (running_.load(std::memory_order_relaxed)) {
+    bool did = progress();
+    int hb = membership_.heartbeat(now_ns());
+    if (did) continue;
+    epoll_event evs[4];
+    int n = epoll_wait(ep, evs, 4, hb);
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.u32 == 1) {
+        events.clear();
+        Status s = membership_.on_readable(&events);
+        for (auto& e : events) {
+          if (!e.up) on_member_down(e.node);
+        }
+        if (!s.is_ok()) epoll_ctl(ep, EPOLL_CTL_DEL, membership_.fd(), nullptr);
+      } else if (evs[i].data.u32 == 2) {
+        uint64_t v;
+        ssize_t r = read(wake_fd_, &v, sizeof(v));
+        (void)r;
+      }
+    }
+  }
+  close(ep);
+}
+
+void Core::on_member_down(NodeId n) {
+  LT_INFO("node %u is down", n);
+  if (n < kMaxNodes) peers_[n].down.store(true);
+  retire_endpoint(n);
+  fail_requests_to(n, Code::kPeerDown);
+}
+
+// ---------------------------------------------------------------- progress
+
+bool Core::progress() {
+  if (!transport_) return false;
+  bool did = false;
+  want_.store(true);
+  while (want_.load()) {
+    if (busy_.exchange(true)) return did;  // the holder re-checks want_ before it leaves
+    want_.store(false);
+    for (;;) {
+      size_t n = transport_->poll(cq_);
+      if (n == 0) break;
+      did = true;
+      for (size_t i = 0; i < n; ++i) handle(cq_[i]);
+      transport_->release_rx(std::span<const Completion>(cq_.data(), n));
+    }
+    busy_.store(false);
+  }
+  return did;
+}
+
+void Core::handle(const Completion& c) {
+  if (c.kind == CqKind::kPeerLost) {
+    LT_INFO("connection to node %u lost", c.peer);
+    retire_endpoint(c.peer);
+    fail_requests_to(c.peer, Code::kPeerDown);
+    return;
+  }
+  if (c.kind != CqKind::kRecv) return;
+  auto b = std::span<const std::byte>(c.rx, c.len);
+  MsgHeader h;
+  if (!decode_header(b, &h).is_ok()) {
+    if (malformed_.fetch_add(1) == 0) LT_WARN("dropping malformed message from node %u", c.peer);
+    return;
+  }
+  if (h.op >= static_cast<uint8_t>(MsgOp::kReply)) {
+    complete(c.peer, h, b);
+  } else {
+    serve(c.peer, h, b);
+  }
+}
+
+// ---------------------------------------------------------------- requests
+
+Result<Core::Request*> Core::alloc_request(ReqKind kind, NodeId peer, ReqId* id) {
+  LT_RETURN_IF_ERROR(sched_.admit());
+  uint64_t head = free_head_.load(std::memory_order_acquire);
+  uint32_t idx;
+  for (;;) {
+    uint32_t top = static_cast<uint32_t>(head);
+    if (top == 0) {
+      sched_.retire();
+      return Code::kNoResource;
+    }
+    idx = top - 1;
+    uint64_t next = ((head >> 32) + 1) << 32 | free_next_[idx].load(std::memory_order_relaxed);
+    if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
+  }
+  Request* r = reqs_[idx].get();
+  uint32_t gen = static_cast<uint32_t>(r->word.load() >> 8);
+  r->kind = kind;
+  r->status = Code::kOk;
+  r->admitted = true;
+  r->out = nullptr;
+  r->out_len = 0;
+  r->peer.store(peer);
+  r->word.store(word(gen, kStPending), std::memory_order_release);
+  *id = (static_cast<uint64_t>(gen) << 32) | idx;
+  return r;
+}
+
+Result<ReqId> Core::done_request(Status s) {
+  ReqId id;
+  auto r = alloc_request(ReqKind::kPlain, 0, &id);
+  if (!r) return r.status();
+  uint64_t w = (*r)->word.load();
+  (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
+  finish(*r, s);
+  return id;
+}
+
+void Core::finish(Request* r, Status s) {
+  r->status = s.code();
+  uint64_t w = r->word.load(std::memory_order_relaxed);
+  r->word.store((w & ~uint64_t{0xff}) | kStDone, std::memory_order_seq_cst);
+  r->wake.fetch_add(1, std::memory_order_seq_cst);
+  if (r->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&r->wake);
+}
+
+void Core::release(Request* r) {
+  uint32_t idx = r->idx;
+  r->bounce.reset();
+  r->copy_dst.reset();
+  if (r->admitted) sched_.retire();
+  r->admitted = false;
+  uint32_t gen = static_cast<uint32_t>(r->word.load() >> 8) + 1;
+  if (gen == 0) gen = 1;
+  r->word.store(word(gen, kStFree), std::memory_order_release);
+  uint64_t head = free_head_.load(std::memory_order_acquire);
+  for (;;) {
+    free_next_[idx].store(static_cast<uint32_t>(head), std::memory_order_relaxed);
+    uint64_t next = ((head >> 32) + 1) << 32 | (idx + 1);
+    if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
+  }
+}
+
+Core::Request* Core::lookup(ReqId id) {
+  uint32_t idx = static_cast<uint32_t>(id);
+  uint32_t gen = static_cast<uint32_t>(id >> 32);
+  if (idx >= reqs_.size()) return nullptr;
+  Request* r = reqs_[idx].get();
+  uint64_t w = r->word.load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(w >> 8) != gen || (w & 0xff) == kStFree || (w & 0xff) == kStCancelled) {
+    return nullptr;
+  }
+  return r;
+}
+
+Status Core::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
+
+Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
+  Request* r = lookup(id);
+  if (r == nullptr) return Code::kBadHandle;
+  uint64_t spin_until = now_ns() + config_.engine.spin_us * 1000ull;
+  while ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {
+    if (!progress()) cpu_relax();
+    if (now_ns() >= spin_until) break;
+  }
+  while ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {
+    uint64_t left = d.remaining_ns();
+    if (left == 0) return Code::kTimedOut;
+    uint32_t seen = r->wake.load(std::memory_order_seq_cst);
+    r->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if ((r->word.load(std::memory_order_seq_cst) & 0xff) != kStDone) {
+      // The progress thread completes the request and wakes us; the cap on
+      // the sleep only bounds the cost of a missed wake-up.
+      futex_wait(&r->wake, seen, std::min<uint64_t>(left, 50000000ull));
+    }
+    r->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  Status s = r->status;
+  if (res != nullptr) {
+    res->alloc = r->alloc;
+    res->mapr = r->mapr;
+  }
+  release(r);
+  return s;
+}
+
+Status Core::test(ReqId id) {
+  Request* r = lookup(id);
+  if (r == nullptr) return Code::kBadHandle;
+  if ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {
+    progress();
+    if ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) return Code::kNoResource;
+  }
+  Status s = r->status;
+  release(r);
+  return s;
+}
+
+Status Core::wait_or_cancel(ReqId id, Deadline d, Results* res) {
+  Status s = wait_impl(id, d, res);
+  if (s.code() != Code::kTimedOut) return s;
+  Request* r = lookup(id);
+  if (r == nullptr) return s;
+  uint64_t w = r->word.load();
+  if ((w & 0xff) == kStPending &&
+      r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStCancelled)) {
+    // Nobody can complete it now; a late reply finds the state changed.
+    release(r);
+    return Code::kTimedOut;
+  }
+  // A completer claimed it just in time: take its result.
+  return wait_impl(id, Deadline::never(), res);
+}
+
+void Core::fail_requests_to(NodeId peer, Code c) {
+  for (auto& r : reqs_) {
+    if (r->peer.load() != peer) continue;
+    uint64_t w = r->word.load();
+    if ((w & 0xff) != kStPending) continue;
+    if (r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
+      if (r->peer.load() == peer) {
+        finish(r.get(), c);
+      } else {
+        r->word.store(w);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- peers
+
+Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
+  if (p == 0 || p >= kMaxNodes) return Code::kPeerDown;
+  PeerSlot& ps = peers_[p];
+  if (ps.down.load(std::memory_order_relaxed)) return Code::kPeerDown;
+  transport::Endpoint* e = ps.ep.load(std::memory_order_acquire);
+  if (e != nullptr && e->alive()) {
+    *out = e;
+    return Status::ok();
+  }
+  std::lock_guard<std::mutex> g(connect_mu_);  // cold path: first contact or reconnect
+  e = ps.ep.load(std::memory_order_acquire);
+  if (e != nullptr && e->alive()) {
+    *out = e;
+    return Status::ok();
+  }
+  auto info = membership_.peer(p);
+  if (!info) return Code::kPeerDown;
+  Deadline cd = Deadline::after_ms(config_.tcp.connect_timeout_ms);
+  if (d.at_ns() < cd.at_ns()) cd = d;
+  auto ep = transport_->connect(*info, cd);
+  if (!ep) return ep.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
+  e = ep->get();
+  endpoints_.push_back(std::move(ep.value()));
+  ps.ep.store(e, std::memory_order_release);
+  *out = e;
+  return Status::ok();
+}
+
+void Core::retire_endpoint(NodeId p) {
+  if (p == 0 || p >= kMaxNodes) return;
+  peers_[p].ep.store(nullptr, std::memory_order_release);
+}
+
+Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen,
+                  Deadline d, bool reply) {
+  transport::Endpoint* ep;
+  LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
+  WorkRequest wr;
+  wr.op = transport::Op::kSend;
+  wr.num_sge = dlen ? 2 : 1;
+  wr.sge[0] = {static_cast<const std::byte*>(hdr), static_cast<uint32_t>(hlen), 0};
+  wr.sge[1] = {static_cast<const std::byte*>(data), static_cast<uint32_t>(dlen), 0};
+  if (reply) wr.flags |= transport::kWrMustQueue;
+  for (;;) {
+    auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
+    if (!r) {
+      if (r.status().code() == Code::kPeerDown) retire_endpoint(p);
+      return r.status();
+    }
+    if (*r == 1) return Status::ok();
+    if (d.expired()) return Code::kTimedOut;
+    if (!progress()) cpu_relax();
+  }
+}
+
+Status Core::send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
+                          const void* data, size_t dlen) {
+  (void)id;
+  Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false);
+  if (!s.is_ok()) {
+    // Not sent: nobody else can complete it. Claim it unless a peer-down
+    // sweep already did, then free it.
+    uint64_t w = r->word.load();
+    if ((w & 0xff) == kStPending &&
+        r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
+      release(r);
+    } else {
+      while ((r->word.load() & 0xff) != kStDone) cpu_relax();
+      release(r);
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------- checks
+
+uint64_t Core::cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const {
+  uint64_t in[2] = {key, rights};
+  return siphash24(secret, in, sizeof(in));
+}
+
+Status Core::check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len,
+                         Mapping* m) const {
+  std::shared_ptr<Mapping> p;
+  LT_RETURN_IF_ERROR(handles_.get(h, &p));
+  if ((p->rights & need) != need) return Code::kPerm;
+  if (off > p->size || len > p->size - off) return Code::kOutOfBounds;
+  *m = *p;
+  return Status::ok();
+}
+
+Status Core::check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need,
+                       uint64_t off, uint64_t len) const {
+  if (ref.pad != 0 || ref.key != key) return Code::kMalformed;
+  if (cap_for(l.secret, key, ref.rights) != ref.cap) return Code::kPerm;
+  if ((ref.rights & need) != need) return Code::kPerm;
+  if (off > l.size || len > l.size - off) return Code::kOutOfBounds;
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- LMR directory
+
+Result<LmrHandle> Core::malloc(NodeId node, uint64_t size, uint32_t rights, Deadline d) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (size == 0 || (rights & ~(kRightRead | kRightWrite | kRightAtomic)) != 0) {
+    return Code::kInvalidArg;
+  }
+  auto m = std::make_shared<Mapping>();
+  m->owner = node;
+  m->rights = rights | kRightAdmin;
+  m->size = size;
+  m->master = true;
+  if (node == self()) {
+    if (size > config_.engine.max_lmr_bytes) return Code::kNoMemory;
+    auto l = std::make_shared<LocalLmr>();
+    size_t rounded = (size + 4095) & ~size_t{4095};
+    l->mem = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
+    if (l->mem == nullptr) return Code::kNoMemory;
+    std::memset(l->mem, 0, rounded);
+    l->size = size;
+    l->secret = {random_u64(), random_u64()};
+    l->master = self();
+    m->secret = l->secret;
+    auto key = lmrs_.insert(l);
+    if (!key) return key.status();
+    m->key = *key;
+  } else {
+    ReqId id;
+    auto r = alloc_request(ReqKind::kAlloc, node, &id);
+    if (!r) return r.status();
+    AllocReq q{make_header(MsgOp::kAllocReq, id), size};
+    LT_RETURN_IF_ERROR(send_request(*r, id, node, &q, sizeof(q), nullptr, 0));
+    Results res;
+    Status s = wait_or_cancel(id, d, &res);
+    if (!s.is_ok()) return s;
+    m->key = res.alloc.key;
+    m->secret = {res.alloc.secret0, res.alloc.secret1};
+  }
+  m->cap = cap_for(m->secret, m->key, m->rights);
+  return handles_.insert(m);
+}
+
+Status Core::free(LmrHandle h, Deadline d) {
+  std::shared_ptr<Mapping> m;
+  LT_RETURN_IF_ERROR(handles_.get(h, &m));
+  if (!m->master) return Code::kPerm;
+  Status s;
+  if (m->owner == self()) {
+    s = lmrs_.erase(m->key, nullptr);
+  } else {
+    ReqId id;
+    auto r = alloc_request(ReqKind::kPlain, m->owner, &id);
+    if (!r) return r.status();
+    FreeReq q{make_header(MsgOp::kFreeReq, id), LmrRef{m->key, m->cap, m->rights, 0}};
+    s = send_request(*r, id, m->owner, &q, sizeof(q), nullptr, 0);
+    if (s.is_ok()) s = wait_or_cancel(id, d);
+  }
+  if (!s.is_ok() && s.code() != Code::kPeerDown && s.code() != Code::kBadHandle) return s;
+  (void)handles_.erase(h, nullptr);
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> g(published_mu_);
+    for (auto it = published_.begin(); it != published_.end();) {
+      if (it->second.first == h) {
+        names.push_back(it->first);
+        it = published_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& n : names) (void)membership_.unregister_name(n, d);
+  return s.code() == Code::kBadHandle ? Status::ok() : s;
+}
+
+Status Core::publish(LmrHandle h, const std::string& name, uint32_t max_rights, Deadline d) {
+  std::shared_ptr<Mapping> m;
+  LT_RETURN_IF_ERROR(handles_.get(h, &m));
+  if (!m->master) return Code::kPerm;
+  if (name.empty() || name.size() > kMaxName ||
+      (max_rights & ~(kRightRead | kRightWrite | kRightAtomic)) != 0) {
+    return Code::kInvalidArg;
+  }
+  {
+    std::lock_guard<std::mutex> g(published_mu_);
+    if (published_.count(name)) return Code::kExists;
+    published_[name] = {h, max_rights};
+  }
+  Status s = membership_.register_name(name, d);
+  if (!s.is_ok()) {
+    std::lock_guard<std::mutex> g(published_mu_);
+    published_.erase(name);
+  }
+  return s;
+}
+
+Result<LmrHandle> Core::map(const std::string& name, uint32_t rights, Deadline d) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (name.empty() || name.size() > kMaxName || rights == 0 ||
+      (rights & ~(kRightRead | kRightWrite | kRightAtomic)) != 0) {
+    return Code::kInvalidArg;
+  }
+  auto master = membership_.lookup_name(name, d);
+  if (!master) return master.status();
+  auto m = std::make_shared<Mapping>();
+  if (*master == self()) {
+    std::shared_ptr<Mapping> src;
+    {
+      std::lock_guard<std::mutex> g(published_mu_);
+      auto it = published_.find(name);
+      if (it == published_.end()) return Code::kNotFound;
+      if ((rights & it->second.second) != rights) return Code::kPerm;
+      LT_RETURN_IF_ERROR(handles_.get(it->second.first, &src));
+    }
+    m->owner = src->owner;
+    m->key = src->key;
+    m->size = src->size;
+    m->rights = rights;
+    m->cap = cap_for(src->secret, src->key, rights);
+  } else {
+    ReqId id;
+    auto r = alloc_request(ReqKind::kMap, *master, &id);
+    if (!r) return r.status();
+    MapReq q{make_header(MsgOp::kMapReq, id), rights, static_cast<uint32_t>(name.size())};
+    LT_RETURN_IF_ERROR(send_request(*r, id, *master, &q, sizeof(q), name.data(), name.size()));
+    Results res;
+    Status s = wait_or_cancel(id, d, &res);
+    if (!s.is_ok()) return s;
+    m->owner = res.mapr.owner;
+    m->key = res.mapr.lmr.key;
+    m->cap = res.mapr.lmr.cap;
+    m->rights = res.mapr.rights;
+    m->size = res.mapr.size;
+  }
+  return handles_.insert(m);
+}
+
+Status Core::unmap(LmrHandle h) {
+  std::shared_ptr<Mapping> m;
+  LT_RETURN_IF_ERROR(handles_.get(h, &m));
+  if (m->master) return Code::kInvalidArg;  // the master releases with free()
+  return handles_.erase(h, nullptr);
+}
+
+Result<uint64_t> Core::lmr_size(LmrHandle h) const {
+  std::shared_ptr<Mapping> m;
+  LT_RETURN_IF_ERROR(handles_.get(h, &m));
+  return m->size;
+}
+
+// ---------------------------------------------------------------- one-sided ops
+
+Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
+  Mapping m;
+  LT_RETURN_IF_ERROR(check_range(h, kRightRead, off, len, &m));
+  if (buf == nullptr && len != 0) return Code::kInvalidArg;
+  if (len == 0) return done_request(Status::ok());
+  if (m.owner == self()) {
+    LmrRef ref{m.key, m.cap, m.rights, 0};
+    Status s = lmrs_.with(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightRead, off, len));
+      std::memcpy(buf, l->mem + off, len);
+      return Status::ok();
+    });
+    return done_request(s);
+  }
+  if (len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRead, m.owner, &id);
+  if (!r) return r.status();
+  (*r)->out = static_cast<std::byte*>(buf);
+  (*r)->out_len = len;
+  RangeReq q{make_header(MsgOp::kReadReq, id), LmrRef{m.key, m.cap, m.rights, 0}, off, len, 0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, id, m.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+Result<ReqId> Core::write_async(LmrHandle h, uint64_t off, const void* buf, uint64_t len) {
+  Mapping m;
+  LT_RETURN_IF_ERROR(check_range(h, kRightWrite, off, len, &m));
+  if (buf == nullptr && len != 0) return Code::kInvalidArg;
+  if (len == 0) return done_request(Status::ok());
+  if (m.owner == self()) {
+    LmrRef ref{m.key, m.cap, m.rights, 0};
+    Status s = lmrs_.with(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
+      std::memcpy(l->mem + off, buf, len);
+      return Status::ok();
+    });
+    return done_request(s);
+  }
+  if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
+  if (!r) return r.status();
+  RangeReq q{make_header(MsgOp::kWriteReq, id), LmrRef{m.key, m.cap, m.rights, 0}, off, len, 0,
+             0};
+  LT_RETURN_IF_ERROR(send_request(*r, id, m.owner, &q, sizeof(q), buf, len));
+  return id;
+}
+
+Result<ReqId> Core::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint64_t len) {
+  Mapping m;
+  LT_RETURN_IF_ERROR(check_range(h, kRightWrite, off, len, &m));
+  if (len == 0) return done_request(Status::ok());
+  if (m.owner == self()) {
+    LmrRef ref{m.key, m.cap, m.rights, 0};
+    Status s = lmrs_.with(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
+      std::memset(l->mem + off, value, len);
+      return Status::ok();
+    });
+    return done_request(s);
+  }
+  ReqId id;
+  auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
+  if (!r) return r.status();
+  RangeReq q{make_header(MsgOp::kMemsetReq, id), LmrRef{m.key, m.cap, m.rights, 0}, off, len,
+             value, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, id, m.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+Status Core::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
+                        uint64_t len) {
+  LmrRef dref{dst.key, dst.cap, dst.rights, 0}, sref{src.key, src.cap, src.rights, 0};
+  return lmrs_.with(dst.key, [&](std::shared_ptr<LocalLmr>& d) -> Status {
+    LT_RETURN_IF_ERROR(check_ref(*d, dst.key, dref, kRightWrite, doff, len));
+    return lmrs_.with(src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*s, src.key, sref, kRightRead, soff, len));
+      std::memmove(d->mem + doff, s->mem + soff, len);
+      return Status::ok();
+    });
+  });
+}
+
+Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
+                                 uint64_t src_off, uint64_t len) {
+  Mapping d, s;
+  LT_RETURN_IF_ERROR(check_range(dst, kRightWrite, dst_off, len, &d));
+  LT_RETURN_IF_ERROR(check_range(src, kRightRead, src_off, len, &s));
+  if (len == 0) return done_request(Status::ok());
+  if (d.owner == s.owner) {
+    if (d.owner == self()) return done_request(local_copy(d, dst_off, s, src_off, len));
+    ReqId id;
+    auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
+    if (!r) return r.status();
+    MemcpyReq q{make_header(MsgOp::kMemcpyReq, id), LmrRef{d.key, d.cap, d.rights, 0},
+                LmrRef{s.key, s.cap, s.rights, 0}, dst_off, src_off, len};
+    LT_RETURN_IF_ERROR(send_request(*r, id, d.owner, &q, sizeof(q), nullptr, 0));
+    return id;
+  }
+  if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
+  if (s.owner == self()) {
+    // Source here: one write carries it to the destination's owner.
+    ReqId id;
+    auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
+    if (!r) return r.status();
+    RangeReq q{make_header(MsgOp::kWriteReq, id), LmrRef{d.key, d.cap, d.rights, 0}, dst_off, len,
+               0, 0};
+    LmrRef sref{s.key, s.cap, s.rights, 0};
+    bool sent = false;
+    Status st = lmrs_.with(s.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, s.key, sref, kRightRead, src_off, len));
+      sent = true;
+      return send_request(*r, id, d.owner, &q, sizeof(q), l->mem + src_off, len);
+    });
+    if (!st.is_ok() && !sent) {
+      // Refused before anything was sent: the request is still ours.
+      uint64_t w = (*r)->word.load();
+      (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
+      release(*r);
+    }
+    if (!st.is_ok()) return st;
+    return id;
+  }
+  // Source remote: read it into a bounce buffer, then write it on (complete()).
+  ReqId id;
+  auto r = alloc_request(ReqKind::kCopyRead, s.owner, &id);
+  if (!r) return r.status();
+  (*r)->bounce.reset(new (std::nothrow) std::byte[len]);
+  if (!(*r)->bounce) {
+    uint64_t w = (*r)->word.load();
+    (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
+    finish(*r, Code::kNoMemory);
+    return id;
+  }
+  (*r)->out = (*r)->bounce.get();
+  (*r)->out_len = len;
+  (*r)->copy_dst = std::make_shared<Mapping>(d);
+  (*r)->copy_dst_off = dst_off;
+  RangeReq q{make_header(MsgOp::kReadReq, id), LmrRef{s.key, s.cap, s.rights, 0}, src_off, len,
+             0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, id, s.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+// ---------------------------------------------------------------- serving
+
+void Core::reply_status(NodeId to, uint64_t req_id, Status s) {
+  MsgHeader h = make_header(MsgOp::kReply, req_id, s.code());
+  (void)send(to, &h, sizeof(h), nullptr, 0, default_deadline(), true);
+}
+
+void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  served_.fetch_add(1, std::memory_order_relaxed);
+  switch (static_cast<MsgOp>(h.op)) {
+    case MsgOp::kReadReq: {
+      auto q = load<RangeReq>(b);
+      Status s = lmrs_.with(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+        LT_RETURN_IF_ERROR(check_ref(*l, q.lmr.key, q.lmr, kRightRead, q.offset, q.len));
+        if (q.len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
+        // The transport copies what the socket does not take, so the LMR is
+        // only read while we hold it.
+        MsgHeader rh = make_header(MsgOp::kReply, h.req_id);
+        (void)send(from, &rh, sizeof(rh), l->mem + q.offset, q.len, default_deadline(), true);
+        return Status::ok();
+      });
+      if (!s.is_ok()) reply_status(from, h.req_id, s);
+      return;
+    }
+    case MsgOp::kWriteReq:
+    case MsgOp::kMemsetReq: {
+      auto q = load<RangeReq>(b);
+      bool write = h.op == static_cast<uint8_t>(MsgOp::kWriteReq);
+      Status s = lmrs_.with(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+        if (write && b.size() - sizeof(RangeReq) != q.len) return Code::kMalformed;
+        if (!write && q.value > 0xff) return Code::kMalformed;
+        LT_RETURN_IF_ERROR(check_ref(*l, q.lmr.key, q.lmr, kRightWrite, q.offset, q.len));
+        if (write) {
+          std::memcpy(l->mem + q.offset, b.data() + sizeof(RangeReq), q.len);
+        } else {
+          std::memset(l->mem + q.offset, static_cast<int>(q.value), q.len);
+        }
+        return Status::ok();
+      });
+      reply_status(from, h.req_id, s);
+      return;
+    }
+    case MsgOp::kMemcpyReq: {
+      auto q = load<MemcpyReq>(b);
+      Status s = lmrs_.with(q.dst.key, [&](std::shared_ptr<LocalLmr>& d) -> Status {
+        LT_RETURN_IF_ERROR(check_ref(*d, q.dst.key, q.dst, kRightWrite, q.dst_offset, q.len));
+        return lmrs_.with(q.src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
+          LT_RETURN_IF_ERROR(check_ref(*s, q.src.key, q.src, kRightRead, q.src_offset, q.len));
+          std::memmove(d->mem + q.dst_offset, s->mem + q.src_offset, q.len);
+          return Status::ok();
+        });
+      });
+      reply_status(from, h.req_id, s);
+      return;
+    }
+    case MsgOp::kAllocReq: {
+      auto q = load<AllocReq>(b);
+      if (q.size == 0 || q.size > config_.engine.max_lmr_bytes) {
+        reply_status(from, h.req_id, q.size == 0 ? Code::kInvalidArg : Code::kNoMemory);
+        return;
+      }
+      auto l = std::make_shared<LocalLmr>();
+      size_t rounded = (q.size + 4095) & ~size_t{4095};
+      l->mem = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
+      if (l->mem == nullptr) {
+        reply_status(from, h.req_id, Code::kNoMemory);
+        return;
+      }
+      std::memset(l->mem, 0, rounded);
+      l->size = q.size;
+      l->secret = {random_u64(), random_u64()};
+      l->master = from;
+      auto key = lmrs_.insert(l);
+      if (!key) {
+        reply_status(from, h.req_id, key.status());
+        return;
+      }
+      AllocReply rep{make_header(MsgOp::kAllocReply, h.req_id), *key, l->secret.k0, l->secret.k1,
+                     q.size};
+      (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
+      return;
+    }
+    case MsgOp::kFreeReq: {
+      auto q = load<FreeReq>(b);
+      Status s = lmrs_.with(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+        return check_ref(*l, q.lmr.key, q.lmr, kRightAdmin, 0, 0);
+      });
+      if (s.is_ok()) s = lmrs_.erase(q.lmr.key, nullptr);
+      reply_status(from, h.req_id, s);
+      return;
+    }
+    case MsgOp::kMapReq: {
+      auto q = load<MapReq>(b);
+      if (q.name_len == 0 || q.name_len > kMaxName || b.size() - sizeof(MapReq) != q.name_len) {
+        reply_status(from, h.req_id, Code::kMalformed);
+        return;
+      }
+      std::string name(reinterpret_cast<const char*>(b.data() + sizeof(MapReq)), q.name_len);
+      std::shared_ptr<Mapping> src;
+      Status s;
+      {
+        std::lock_guard<std::mutex> g(published_mu_);
+        auto it = published_.find(name);
+        if (it == published_.end()) {
+          s = Code::kNotFound;
+        } else if (q.rights == 0 || (q.rights & it->second.second) != q.rights) {
+          s = Code::kPerm;
+        } else {
+          s = handles_.get(it->second.first, &src);
+        }
+      }
+      if (!s.is_ok()) {
+        reply_status(from, h.req_id, s);
+        return;
+      }
+      MapReply rep{make_header(MsgOp::kMapReply, h.req_id), src->owner, q.rights, src->size,
+                   LmrRef{src->key, cap_for(src->secret, src->key, q.rights), q.rights, 0}};
+      (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
+      return;
+    }
+    default:
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  uint32_t idx = static_cast<uint32_t>(h.req_id);
+  uint32_t gen = static_cast<uint32_t>(h.req_id >> 32);
+  if (idx >= reqs_.size()) {
+    late_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Request* r = reqs_[idx].get();
+  uint64_t expect = word(gen, kStPending);
+  if (r->peer.load() != from ||
+      !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
+    late_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Status s = static_cast<Code>(h.status);
+  auto op = static_cast<MsgOp>(h.op);
+  if (s.is_ok()) {
+    switch (r->kind) {
+      case ReqKind::kRead:
+      case ReqKind::kCopyRead:
+        if (op != MsgOp::kReply || b.size() - sizeof(MsgHeader) != r->out_len) {
+          s = Code::kMalformed;
+        } else {
+          std::memcpy(r->out, b.data() + sizeof(MsgHeader), r->out_len);
+        }
+        break;
+      case ReqKind::kAlloc:
+        if (op != MsgOp::kAllocReply) {
+          s = Code::kMalformed;
+        } else {
+          r->alloc = load<AllocReply>(b);
+        }
+        break;
+      case ReqKind::kMap:
+        if (op != MsgOp::kMapReply) {
+          s = Code::kMalformed;
+        } else {
+          r->mapr = load<MapReply>(b);
+        }
+        break;
+      case ReqKind::kPlain:
+        if (op != MsgOp::kReply || b.size() != sizeof(MsgHeader)) s = Code::kMalformed;
+        break;
+    }
+  }
+  if (s.is_ok() && r->kind == ReqKind::kCopyRead) {
+    // Phase 2 of a cross-node memcpy: write the bounce buffer to dst.
+    const Mapping& d = *r->copy_dst;
+    if (d.owner == self()) {
+      LmrRef dref{d.key, d.cap, d.rights, 0};
+      s = lmrs_.with(d.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+        LT_RETURN_IF_ERROR(check_ref(*l, d.key, dref, kRightWrite, r->copy_dst_off, r->out_len));
+        std::memcpy(l->mem + r->copy_dst_off, r->bounce.get(), r->out_len);
+        return Status::ok();
+      });
+    } else {
+      r->kind = ReqKind::kPlain;
+      r->peer.store(d.owner);
+      RangeReq q{make_header(MsgOp::kWriteReq, h.req_id), LmrRef{d.key, d.cap, d.rights, 0},
+                 r->copy_dst_off, r->out_len, 0, 0};
+      r->word.store(word(gen, kStPending), std::memory_order_release);
+      Status ss = send(d.owner, &q, sizeof(q), r->bounce.get(), r->out_len, default_deadline(),
+                       true);
+      if (ss.is_ok()) return;
+      uint64_t w = word(gen, kStPending);
+      if (!r->word.compare_exchange_strong(w, word(gen, kStClaimed))) return;
+      s = ss;
+    }
+  }
+  finish(r, s);
+}
+
+CoreStats Core::stats() const {
+  return {served_.load(), malformed_.load(), late_.load()};
+}
+
+}  // namespace lt::proto

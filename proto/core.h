@@ -1,0 +1,167 @@
+// The protocol core of one Engine: membership, the LMR table this node owns,
+// the handles this process holds, the request table, and progress. Every
+// operation is a request with a completion; blocking calls wait on it.
+//
+// Threading: all public methods are thread-safe. Progress (polling the
+// transport and serving incoming requests) is done by whichever thread holds
+// the progress token: a waiting caller while it spins, else the progress
+// thread, which blocks in epoll when idle. Handlers never block.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "common/siphash.h"
+#include "proto/membership.h"
+#include "proto/msg.h"
+#include "proto/slot_table.h"
+#include "qos/scheduler.h"
+#include "transport/transport.h"
+
+namespace lt::proto {
+
+using LmrHandle = uint64_t;
+using ReqId = uint64_t;
+
+struct CoreStats {
+  uint64_t served = 0;         // requests served for peers
+  uint64_t malformed = 0;      // messages dropped by the decoder
+  uint64_t late_replies = 0;   // replies for cancelled or unknown requests
+};
+
+class Core {
+ public:
+  explicit Core(const Config& config);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  /// Binds the transport, joins through ltier-manager, starts the progress
+  /// thread. kAuth (wrong secret), kPeerDown (no manager), kTimedOut.
+  Status join();
+  /// Leaves the cluster; ops still in flight fail with kClosed.
+  void leave();
+
+  NodeId self() const { return membership_.self(); }
+  std::vector<Member> members() const { return membership_.members(); }
+  Deadline default_deadline() const { return Deadline::after_ms(config_.engine.op_timeout_ms); }
+  const Config& config() const { return config_; }
+  std::string transport_address() const;
+
+  // LMR directory (blocking, control path).
+  Result<LmrHandle> malloc(NodeId node, uint64_t size, uint32_t rights, Deadline d);
+  Status free(LmrHandle h, Deadline d);
+  Status publish(LmrHandle h, const std::string& name, uint32_t max_rights, Deadline d);
+  Result<LmrHandle> map(const std::string& name, uint32_t rights, Deadline d);
+  Status unmap(LmrHandle h);
+  Result<uint64_t> lmr_size(LmrHandle h) const;
+
+  // One-sided operations. Each returns a request to wait() on; argument
+  // errors (kBadHandle, kPerm, kOutOfBounds, kInvalidArg) are returned here
+  // and nothing is sent.
+  Result<ReqId> read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len);
+  Result<ReqId> write_async(LmrHandle h, uint64_t off, const void* buf, uint64_t len);
+  Result<ReqId> memset_async(LmrHandle h, uint64_t off, uint8_t value, uint64_t len);
+  Result<ReqId> memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
+                             uint64_t len);
+
+  /// Waits for `id`; returns the operation's status and frees the request.
+  /// kTimedOut leaves the request in flight (wait again, or cancel()).
+  Status wait(ReqId id, Deadline d);
+  /// Non-blocking: kNoResource while in flight; otherwise as wait().
+  Status test(ReqId id);
+  /// Waits; on timeout cancels the request (a late reply is dropped).
+  Status wait_or_cancel(ReqId id, Deadline d) { return wait_or_cancel(id, d, nullptr); }
+
+  /// One progress pass; true if it found work.
+  bool progress();
+  CoreStats stats() const;
+  const qos::Scheduler& scheduler() const { return sched_; }
+
+ private:
+  struct Mapping;
+  struct LocalLmr;
+  struct Request;
+  enum class ReqKind : uint8_t;
+
+  struct Results {
+    AllocReply alloc{};
+    MapReply mapr{};
+  };
+  Status wait_impl(ReqId id, Deadline d, Results* res);
+  Status wait_or_cancel(ReqId id, Deadline d, Results* res);
+
+  // Requests.
+  Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id);
+  Result<ReqId> done_request(Status s);
+  void finish(Request* r, Status s);
+  void release(Request* r);
+  Request* lookup(ReqId id);
+  void fail_requests_to(NodeId peer, Code c);
+
+  // Peers.
+  Status endpoint(NodeId p, Deadline d, transport::Endpoint** out);
+  void retire_endpoint(NodeId p);
+  Status send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
+              bool reply);
+  Status send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
+                      const void* data, size_t dlen);
+
+  // Serving peers.
+  void handle(const transport::Completion& c);
+  void serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void reply_status(NodeId to, uint64_t req_id, Status s);
+  Status check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need,
+                   uint64_t off, uint64_t len) const;
+  Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
+                    uint64_t len);
+
+  Status check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const;
+  uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const;
+  void progress_loop();
+  void on_member_down(NodeId n);
+
+  Config config_;
+  qos::Scheduler sched_;
+  Membership membership_;
+  std::unique_ptr<transport::Transport> transport_;
+  uint32_t max_payload_ = 0;
+
+  SlotTable<std::shared_ptr<LocalLmr>> lmrs_;  // memory this node owns
+  SlotTable<std::shared_ptr<Mapping>> handles_;  // handles this process holds
+
+  std::mutex published_mu_;
+  std::map<std::string, std::pair<LmrHandle, uint32_t>> published_;  // name -> handle, rights
+
+  std::vector<std::unique_ptr<Request>> reqs_;
+  std::atomic<uint64_t> free_head_{0};  // [aba tag:32][index+1:32]
+  std::vector<std::atomic<uint32_t>> free_next_;
+
+  static constexpr NodeId kMaxNodes = 1024;
+  struct PeerSlot {
+    std::atomic<transport::Endpoint*> ep{nullptr};
+    std::atomic<bool> down{false};
+  };
+  std::unique_ptr<PeerSlot[]> peers_;
+  std::mutex connect_mu_;
+  std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;  // owned; never freed early
+
+  std::atomic<bool> busy_{false}, want_{false};
+  std::vector<transport::Completion> cq_;  // used by the progress token holder only
+
+  std::atomic<bool> running_{false};
+  std::atomic<bool> joined_{false};
+  int wake_fd_ = -1;
+  std::thread progress_thread_;
+  std::atomic<uint64_t> served_{0}, malformed_{0}, late_{0};
+};
+
+}  // namespace lt::proto

@@ -1,0 +1,257 @@
+#include "proto/manager.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/siphash.h"
+#include "common/time.h"
+
+namespace lt::proto {
+
+namespace {
+bool same_secret(const std::string& a, std::string_view b) {
+  // Length leaks; content does not.
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
+}
+}  // namespace
+
+Manager::Manager(ManagerOptions o) : opt_(std::move(o)) {}
+Manager::~Manager() = default;
+
+Status Manager::start() {
+  std::string host;
+  uint16_t port = 0;
+  if (!parse_host_port(opt_.listen, &host, &port).is_ok()) {
+    LT_ERROR("manager: listen address '%s' is not host:port", opt_.listen.c_str());
+    return Code::kInvalidArg;
+  }
+  sockaddr_in bound{};
+  auto fd = net::listen_tcp(host, port, &bound);
+  if (!fd) return fd.status();
+  listen_fd_ = std::move(fd.value());
+  address_ = net::to_string(bound);
+  epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;
+  epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
+  do {
+    token_ = random_u64();
+  } while (token_ == 0);
+  return Status::ok();
+}
+
+void Manager::send(Client* c, const std::string& frame) {
+  // Control frames are small; a node that cannot take one within 500 ms is
+  // treated as gone rather than stalling the whole cluster.
+  Status s = net::write_all(c->fd.get(), frame.data(), frame.size(), Deadline::after_ms(500));
+  if (!s.is_ok()) ::shutdown(c->fd.get(), SHUT_RDWR);
+}
+
+void Manager::broadcast(const std::string& frame, uint32_t except) {
+  for (auto& [id, c] : members_) {
+    if (id != except) send(c, frame);
+  }
+}
+
+void Manager::drop(Client* c, const char* why) {
+  uint32_t node = c->node;
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
+  auto owned = std::move(clients_[c]);
+  clients_.erase(c);
+  if (node == 0) return;
+  members_.erase(node);
+  for (auto it = names_.begin(); it != names_.end();) {
+    it = it->second == node ? names_.erase(it) : std::next(it);
+  }
+  if (opt_.verbose) fprintf(stderr, "ltier-manager: node %u down (%s)\n", node, why);
+  std::string f = begin_ctl(CtlType::kMemberDown);
+  wire::Writer w(&f);
+  w.u32(node);
+  finish_ctl(&f);
+  broadcast(f, 0);
+}
+
+void Manager::handle(Client* c, const std::string& payload) {
+  auto bytes = std::span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()),
+                                          payload.size());
+  wire::Reader r(bytes);
+  auto type = static_cast<CtlType>(r.u8());
+  c->last_seen_ns = now_ns();
+  if (c->node == 0) {
+    if (type != CtlType::kJoin) {
+      drop(c, "spoke before joining");
+      return;
+    }
+    std::string_view secret = r.str(1024);
+    Member m;
+    m.name = std::string(r.str(256));
+    m.tcp_address = std::string(r.str(256));
+    m.host_id = std::string(r.str(256));
+    std::string_view tenant = r.str(256);
+    (void)tenant;
+    if (!r.ok() || !r.at_end()) {
+      drop(c, "malformed join");
+      return;
+    }
+    if (!same_secret(opt_.secret, secret) || members_.size() >= kMaxMembers) {
+      bool auth = !same_secret(opt_.secret, secret);
+      std::string f = begin_ctl(CtlType::kJoinRefused);
+      wire::Writer w(&f);
+      w.u8(static_cast<uint8_t>(auth ? Code::kAuth : Code::kNoResource));
+      w.str(auth ? "wrong cluster secret" : "cluster is full");
+      finish_ctl(&f);
+      send(c, f);
+      if (opt_.verbose) {
+        fprintf(stderr, "ltier-manager: refused join from '%s': %s\n", m.name.c_str(),
+                auth ? "wrong cluster secret" : "cluster is full");
+      }
+      drop(c, "refused");
+      return;
+    }
+    m.node = next_node_++;
+    c->node = m.node;
+    c->member = m;
+    std::string f = begin_ctl(CtlType::kJoinOk);
+    wire::Writer w(&f);
+    w.u32(m.node);
+    w.u64(token_);
+    w.u32(opt_.heartbeat_ms);
+    w.u32(opt_.down_after_ms);
+    w.u32(static_cast<uint32_t>(members_.size() + 1));
+    put_member(w, m);
+    for (auto& [id, other] : members_) put_member(w, other->member);
+    finish_ctl(&f);
+    send(c, f);
+    std::string up = begin_ctl(CtlType::kMemberUp);
+    wire::Writer wu(&up);
+    put_member(wu, m);
+    finish_ctl(&up);
+    broadcast(up, 0);
+    members_[m.node] = c;
+    if (opt_.verbose) {
+      fprintf(stderr, "ltier-manager: node %u '%s' joined (%s)\n", m.node, m.name.c_str(),
+              m.tcp_address.c_str());
+    }
+    return;
+  }
+  switch (type) {
+    case CtlType::kHeartbeat:
+      return;
+    case CtlType::kLeave:
+      drop(c, "left");
+      return;
+    case CtlType::kNameRegister:
+    case CtlType::kNameLookup:
+    case CtlType::kNameUnregister: {
+      uint64_t req = r.u64();
+      std::string name(r.str(256));
+      if (!r.ok() || !r.at_end() || name.empty()) {
+        drop(c, "malformed name request");
+        return;
+      }
+      Code code = Code::kOk;
+      uint32_t node = 0;
+      auto it = names_.find(name);
+      if (type == CtlType::kNameRegister) {
+        if (it != names_.end()) {
+          code = Code::kExists;
+          node = it->second;
+        } else {
+          names_[name] = c->node;
+          node = c->node;
+        }
+      } else if (type == CtlType::kNameLookup) {
+        if (it == names_.end()) {
+          code = Code::kNotFound;
+        } else {
+          node = it->second;
+        }
+      } else {
+        if (it == names_.end()) {
+          code = Code::kNotFound;
+        } else if (it->second != c->node) {
+          code = Code::kPerm;
+        } else {
+          names_.erase(it);
+        }
+      }
+      std::string f = begin_ctl(CtlType::kNameReply);
+      wire::Writer w(&f);
+      w.u64(req);
+      w.u8(static_cast<uint8_t>(code));
+      w.u32(node);
+      finish_ctl(&f);
+      send(c, f);
+      return;
+    }
+    default:
+      drop(c, "unexpected control message");
+  }
+}
+
+void Manager::on_readable(Client* c) {
+  Status s = c->in.fill(c->fd.get());
+  std::string payload;
+  for (;;) {
+    Status n = c->in.next(&payload);
+    if (n.code() == Code::kNoResource) break;
+    if (!n.is_ok()) {
+      drop(c, "malformed frame");
+      return;
+    }
+    handle(c, payload);
+    if (clients_.find(c) == clients_.end()) return;
+  }
+  if (!s.is_ok()) drop(c, "connection closed");
+}
+
+void Manager::check_timeouts() {
+  uint64_t now = now_ns();
+  uint64_t limit = static_cast<uint64_t>(opt_.down_after_ms) * 1000000ull;
+  std::vector<Client*> dead;
+  for (auto& [id, c] : members_) {
+    if (now - c->last_seen_ns > limit) dead.push_back(c);
+  }
+  for (Client* c : dead) drop(c, "heartbeat timeout");
+}
+
+Status Manager::run(const std::atomic<bool>& stop) {
+  epoll_event evs[64];
+  while (!stop.load()) {
+    int timeout = static_cast<int>(std::min<uint32_t>(100, std::max<uint32_t>(1, opt_.down_after_ms / 4)));
+    int n = epoll_wait(epfd_.get(), evs, 64, timeout);
+    for (int i = 0; i < n; ++i) {
+      auto* c = static_cast<Client*>(evs[i].data.ptr);
+      if (c == nullptr) {
+        for (;;) {
+          int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) break;
+          net::set_nodelay(fd);
+          auto cl = std::make_unique<Client>();
+          cl->fd.reset(fd);
+          cl->last_seen_ns = now_ns();
+          epoll_event ev{};
+          ev.events = EPOLLIN | EPOLLRDHUP;
+          ev.data.ptr = cl.get();
+          epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev);
+          clients_[cl.get()] = std::move(cl);
+        }
+        continue;
+      }
+      if (clients_.find(c) != clients_.end()) on_readable(c);
+    }
+    check_timeouts();
+  }
+  return Status::ok();
+}
+
+}  // namespace lt::proto

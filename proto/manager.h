@@ -1,0 +1,63 @@
+// ltier-manager's server side (LITE's cluster manager): admits nodes that know
+// the cluster secret, hands out node ids, the cluster token and the address
+// book, pushes membership events, declares silent nodes down, and keeps the
+// LMR name directory (name -> master node). Single-threaded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "common/net.h"
+#include "common/status.h"
+#include "proto/control.h"
+
+namespace lt::proto {
+
+struct ManagerOptions {
+  std::string listen = "127.0.0.1:7700";
+  std::string secret = "ltier-dev-secret";
+  uint32_t heartbeat_ms = 200;    // told to nodes at join
+  uint32_t down_after_ms = 1500;  // silence before a node is declared down
+  bool verbose = false;           // one line per membership change on stderr
+};
+
+class Manager {
+ public:
+  explicit Manager(ManagerOptions o);
+  ~Manager();
+  Status start();
+  std::string address() const { return address_; }
+  /// Serves until `stop` becomes true (checked at least every 100 ms).
+  Status run(const std::atomic<bool>& stop);
+
+ private:
+  struct Client {
+    net::Fd fd;
+    CtlStream in;
+    uint32_t node = 0;  // 0 until joined
+    uint64_t last_seen_ns = 0;
+    Member member;
+  };
+  void on_readable(Client* c);
+  void handle(Client* c, const std::string& payload);
+  void send(Client* c, const std::string& frame);
+  void drop(Client* c, const char* why);
+  void broadcast(const std::string& frame, uint32_t except);
+  void check_timeouts();
+
+  ManagerOptions opt_;
+  std::string address_;
+  net::Fd listen_fd_;
+  net::Fd epfd_;
+  uint64_t token_ = 0;
+  uint32_t next_node_ = 1;
+  std::unordered_map<Client*, std::unique_ptr<Client>> clients_;
+  std::map<uint32_t, Client*> members_;
+  std::map<std::string, uint32_t> names_;
+};
+
+}  // namespace lt::proto

@@ -1,0 +1,127 @@
+// proto wire messages carried in transport kData frames. Fixed-layout,
+// little-endian structs copied with memcpy; decode() checks the version, the
+// opcode and the exact length before any field is used.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "common/status.h"
+
+namespace lt::proto {
+
+inline constexpr uint8_t kProtoVersion = 1;
+
+enum class MsgOp : uint8_t {
+  kReadReq = 1,
+  kWriteReq = 2,
+  kMemsetReq = 3,
+  kMemcpyReq = 4,  // both LMRs on the receiving node
+  kAllocReq = 5,
+  kFreeReq = 6,
+  kMapReq = 7,
+  kReply = 64,  // generic reply: MsgHeader (+ read data)
+  kAllocReply = 65,
+  kMapReply = 66,
+};
+
+/// LMR rights, as in lt.h.
+inline constexpr uint32_t kRightRead = 1, kRightWrite = 2, kRightAtomic = 4, kRightAdmin = 8;
+inline constexpr uint32_t kAllRights = 15;
+
+struct MsgHeader {
+  uint8_t version;  // kProtoVersion
+  uint8_t op;       // MsgOp
+  uint16_t flags;   // zero
+  int32_t status;   // replies: lt::Code; requests: zero
+  uint64_t req_id;  // requester's request id, echoed by the reply
+};
+static_assert(sizeof(MsgHeader) == 16);
+
+/// How a request names an LMR at its owner. Never leaves the engines.
+struct LmrRef {
+  uint64_t key;     // owner's LMR table key (slot, generation, tag)
+  uint64_t cap;     // siphash(LMR secret, key, rights)
+  uint32_t rights;  // rights the capability grants
+  uint32_t pad;     // zero
+};
+static_assert(sizeof(LmrRef) == 24);
+
+struct RangeReq {  // kReadReq, kWriteReq (+ len bytes of data), kMemsetReq
+  MsgHeader h;
+  LmrRef lmr;
+  uint64_t offset;
+  uint64_t len;
+  uint32_t value;  // kMemsetReq: the byte value; else zero
+  uint32_t pad;
+};
+static_assert(sizeof(RangeReq) == 64);
+
+struct MemcpyReq {
+  MsgHeader h;
+  LmrRef dst;
+  LmrRef src;
+  uint64_t dst_offset;
+  uint64_t src_offset;
+  uint64_t len;
+};
+static_assert(sizeof(MemcpyReq) == 88);
+
+struct AllocReq {
+  MsgHeader h;
+  uint64_t size;
+};
+static_assert(sizeof(AllocReq) == 24);
+
+struct AllocReply {
+  MsgHeader h;
+  uint64_t key;
+  uint64_t secret0;  // the LMR's capability key, kept by its master only
+  uint64_t secret1;
+  uint64_t size;
+};
+static_assert(sizeof(AllocReply) == 48);
+
+struct FreeReq {
+  MsgHeader h;
+  LmrRef lmr;
+};
+static_assert(sizeof(FreeReq) == 40);
+
+inline constexpr size_t kMaxName = 128;
+
+struct MapReq {  // + name_len bytes of name
+  MsgHeader h;
+  uint32_t rights;
+  uint32_t name_len;  // 1..kMaxName
+};
+static_assert(sizeof(MapReq) == 24);
+
+struct MapReply {
+  MsgHeader h;
+  uint32_t owner;
+  uint32_t rights;
+  uint64_t size;
+  LmrRef lmr;
+};
+static_assert(sizeof(MapReply) == 56);
+
+/// Checks version and opcode of the message in `b` and that it is at least
+/// as long as its fixed part (exactly, for ops without a tail). kMalformed
+/// otherwise.
+Status decode_header(std::span<const std::byte> b, MsgHeader* out);
+
+template <typename T>
+inline T load(std::span<const std::byte> b) {
+  T v;
+  std::memcpy(&v, b.data(), sizeof(T));
+  return v;
+}
+
+inline MsgHeader make_header(MsgOp op, uint64_t req_id, Code status = Code::kOk) {
+  return MsgHeader{kProtoVersion, static_cast<uint8_t>(op), 0, static_cast<int32_t>(status),
+                   req_id};
+}
+
+}  // namespace lt::proto

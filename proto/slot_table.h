@@ -1,0 +1,107 @@
+// Fixed-capacity table of values named by unforgeable 64-bit ids:
+// [random tag:32][generation:12][slot:20]. A lookup checks all three, so a
+// stale id (slot reused), a forged id (tag unknown) or garbage gives
+// kBadHandle and touches nothing. Thread-safe: lookups share a reader lock.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
+
+#include "common/siphash.h"
+#include "common/status.h"
+
+namespace lt::proto {
+
+template <typename T>
+class SlotTable {
+ public:
+  static constexpr uint32_t kSlotBits = 20, kGenBits = 12;
+  static constexpr uint32_t kMaxSlots = 1u << kSlotBits;
+
+  explicit SlotTable(uint32_t capacity) : slots_(capacity > kMaxSlots ? kMaxSlots : capacity) {}
+
+  /// kNoResource when full.
+  Result<uint64_t> insert(T v) {
+    std::unique_lock<std::shared_mutex> g(mu_);
+    uint32_t i;
+    if (!free_.empty()) {
+      i = free_.back();
+      free_.pop_back();
+    } else if (used_ < slots_.size()) {
+      i = used_++;
+    } else {
+      return Code::kNoResource;
+    }
+    Slot& s = slots_[i];
+    s.v = std::move(v);
+    s.live = true;
+    s.gen = (s.gen + 1) & ((1u << kGenBits) - 1);
+    do {
+      s.tag = static_cast<uint32_t>(random_u64());
+    } while (s.tag == 0);
+    return (static_cast<uint64_t>(s.tag) << 32) | (static_cast<uint64_t>(s.gen) << kSlotBits) | i;
+  }
+
+  /// Copies the value out. kBadHandle for an unknown id.
+  Status get(uint64_t id, T* out) const {
+    std::shared_lock<std::shared_mutex> g(mu_);
+    const Slot* s = find(id);
+    if (s == nullptr) return Code::kBadHandle;
+    *out = s->v;
+    return Status::ok();
+  }
+
+  /// Runs f(T&) under the reader lock: the value cannot be erased meanwhile.
+  template <typename F>
+  Status with(uint64_t id, F&& f) {
+    std::shared_lock<std::shared_mutex> g(mu_);
+    Slot* s = const_cast<Slot*>(find(id));
+    if (s == nullptr) return Code::kBadHandle;
+    return f(s->v);
+  }
+
+  Status erase(uint64_t id, T* out) {
+    std::unique_lock<std::shared_mutex> g(mu_);
+    Slot* s = const_cast<Slot*>(find(id));
+    if (s == nullptr) return Code::kBadHandle;
+    if (out) *out = std::move(s->v);
+    s->v = T{};
+    s->live = false;
+    free_.push_back(static_cast<uint32_t>(id & (kMaxSlots - 1)));
+    return Status::ok();
+  }
+
+  template <typename F>
+  void for_each(F&& f) {
+    std::shared_lock<std::shared_mutex> g(mu_);
+    for (uint32_t i = 0; i < used_; ++i) {
+      if (slots_[i].live) f(slots_[i].v);
+    }
+  }
+
+ private:
+  struct Slot {
+    T v{};
+    uint32_t gen = 0;
+    uint32_t tag = 0;
+    bool live = false;
+  };
+  const Slot* find(uint64_t id) const {
+    uint32_t i = static_cast<uint32_t>(id & (kMaxSlots - 1));
+    uint32_t gen = static_cast<uint32_t>(id >> kSlotBits) & ((1u << kGenBits) - 1);
+    uint32_t tag = static_cast<uint32_t>(id >> 32);
+    if (i >= used_) return nullptr;
+    const Slot& s = slots_[i];
+    if (!s.live || s.gen != gen || s.tag != tag) return nullptr;
+    return &s;
+  }
+
+  mutable std::shared_mutex mu_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  uint32_t used_ = 0;
+};
+
+}  // namespace lt::proto

@@ -1,0 +1,215 @@
+// ltier-node: a node process that joins the cluster and serves the memory it
+// hosts. It reads commands on stdin, one per line, and answers one line each:
+// "ok [values...]" or "err LT_ERR_NAME". Used by the tour, the integration
+// tests and people poking at a cluster by hand. EOF on stdin (or "quit")
+// leaves the cluster; with --serve it ignores stdin and serves until killed.
+//
+//   id                          -> ok NODE_ID
+//   nodes                       -> ok ID ID ...
+//   malloc NODE SIZE RIGHTS     -> ok HANDLE      (RIGHTS: r, w, rw)
+//   free H | unmap H            -> ok
+//   publish H NAME RIGHTS       -> ok
+//   map NAME RIGHTS             -> ok HANDLE
+//   write H OFF HEX             -> ok
+//   fill H OFF LEN BYTE         -> ok             (LT_write of LEN copies of BYTE)
+//   read H OFF LEN              -> ok HEX
+//   sum H OFF LEN               -> ok SUM         (LT_read, byte sum: cheap to print)
+//   memset H OFF BYTE LEN       -> ok
+//   memcpy DST DOFF SRC SOFF LEN -> ok
+//   address                     -> ok HOST:PORT   (this node's tcp transport)
+//   quit
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ltier/lt.h"
+
+namespace {
+
+uint32_t parse_rights(const std::string& s) {
+  uint32_t r = 0;
+  for (char c : s) {
+    if (c == 'r') r |= LT_READ;
+    if (c == 'w') r |= LT_WRITE;
+    if (c == 'a') r |= LT_ATOMIC;
+  }
+  return r;
+}
+
+std::string to_hex(const std::vector<unsigned char>& b) {
+  static const char* k = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s.push_back(k[c >> 4]);
+    s.push_back(k[c & 15]);
+  }
+  return s;
+}
+
+bool from_hex(const std::string& s, std::vector<unsigned char>* out) {
+  if (s.size() % 2) return false;
+  for (size_t i = 0; i < s.size(); i += 2) {
+    out->push_back(static_cast<unsigned char>(std::stoul(s.substr(i, 2), nullptr, 16)));
+  }
+  return true;
+}
+
+std::string run(lt_engine_t* e, const std::string& line) {
+  std::istringstream in(line);
+  std::string cmd;
+  in >> cmd;
+  auto err = [](int rc) { return std::string("err ") + LT_errname(rc); };
+  auto u64 = [&]() {
+    std::string t;
+    in >> t;
+    return static_cast<uint64_t>(std::stoull(t, nullptr, 0));
+  };
+  try {
+    if (cmd == "id") return "ok " + std::to_string(LT_node_id(e));
+    if (cmd == "nodes") {
+      lt_node_t ids[1024];
+      size_t n = 0;
+      LT_nodes(e, ids, 1024, &n);
+      std::string s = "ok";
+      for (size_t i = 0; i < n && i < 1024; ++i) s += " " + std::to_string(ids[i]);
+      return s;
+    }
+    if (cmd == "malloc") {
+      uint64_t node = u64(), size = u64();
+      std::string r;
+      in >> r;
+      lt_lmr_t h;
+      int rc = LT_malloc(e, static_cast<lt_node_t>(node), size, parse_rights(r), &h);
+      return rc ? err(rc) : "ok " + std::to_string(h);
+    }
+    if (cmd == "free" || cmd == "unmap") {
+      lt_lmr_t h = u64();
+      int rc = cmd == "free" ? LT_free(e, h) : LT_unmap(e, h);
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "publish") {
+      lt_lmr_t h = u64();
+      std::string name, r;
+      in >> name >> r;
+      int rc = LT_publish(e, h, name.c_str(), parse_rights(r));
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "map") {
+      std::string name, r;
+      in >> name >> r;
+      lt_lmr_t h;
+      int rc = LT_map(e, name.c_str(), parse_rights(r), &h);
+      return rc ? err(rc) : "ok " + std::to_string(h);
+    }
+    if (cmd == "write") {
+      lt_lmr_t h = u64();
+      uint64_t off = u64();
+      std::string hex;
+      in >> hex;
+      std::vector<unsigned char> b;
+      if (!from_hex(hex, &b)) return "err LT_ERR_INVAL";
+      int rc = LT_write(e, h, off, b.data(), b.size());
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "fill") {
+      lt_lmr_t h = u64();
+      uint64_t off = u64(), len = u64(), byte = u64();
+      std::vector<unsigned char> b(len, static_cast<unsigned char>(byte));
+      int rc = LT_write(e, h, off, b.data(), len);
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "read" || cmd == "sum") {
+      lt_lmr_t h = u64();
+      uint64_t off = u64(), len = u64();
+      if (len > (1u << 30)) return "err LT_ERR_INVAL";
+      std::vector<unsigned char> b(len, 0xEE);
+      int rc = LT_read(e, h, off, b.data(), len);
+      if (rc) return err(rc);
+      if (cmd == "read") return "ok " + to_hex(b);
+      uint64_t sum = 0;
+      for (unsigned char c : b) sum += c;
+      return "ok " + std::to_string(sum);
+    }
+    if (cmd == "memset") {
+      lt_lmr_t h = u64();
+      uint64_t off = u64(), byte = u64(), len = u64();
+      int rc = LT_memset(e, h, off, static_cast<int>(byte), len);
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "memcpy") {
+      lt_lmr_t d = u64();
+      uint64_t doff = u64();
+      lt_lmr_t s = u64();
+      uint64_t soff = u64(), len = u64();
+      int rc = LT_memcpy(e, d, doff, s, soff, len);
+      return rc ? err(rc) : "ok";
+    }
+  } catch (const std::exception&) {
+    return "err LT_ERR_INVAL";
+  }
+  return "err LT_ERR_INVAL unknown command '" + cmd + "'";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool serve = false;
+  lt_join_opts_t opts{};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--serve") {
+      serve = true;
+    } else if (a == "--manager" && i + 1 < argc) {
+      opts.manager = argv[++i];
+    } else if (a == "--secret" && i + 1 < argc) {
+      opts.secret = argv[++i];
+    } else if (a == "--listen" && i + 1 < argc) {
+      opts.listen = argv[++i];
+    } else if (a == "--config" && i + 1 < argc) {
+      opts.config_path = argv[++i];
+    } else {
+      fprintf(stderr,
+              "usage: ltier-node [--serve] [--manager H:P] [--secret S] [--listen H:P] "
+              "[--config F]\n");
+      return 2;
+    }
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  lt_engine_t* e = nullptr;
+  int rc = LT_join(&opts, &e);
+  if (rc != 0) {
+    printf("err %s\n", LT_errname(rc));
+    fflush(stdout);
+    fprintf(stderr, "ltier-node: join failed: %s\n", LT_strerror(rc));
+    return 1;
+  }
+  printf("ready %u\n", LT_node_id(e));
+  fflush(stdout);
+  if (serve) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    int sig;
+    sigwait(&set, &sig);
+  } else {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      if (line == "quit") break;
+      if (line.empty()) continue;
+      std::string out = run(e, line);
+      printf("%s\n", out.c_str());
+      fflush(stdout);
+    }
+  }
+  LT_leave(e);
+  return 0;
+}

@@ -1,0 +1,521 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/wire.h"
+#include "transport/factory.h"
+
+namespace lt::transport::tcp {
+
+namespace {
+constexpr size_t kInitialRx = 256 * 1024;
+constexpr size_t kMaxPostBatch = 16;
+constexpr int kMaxIov = 64;
+constexpr size_t kHdr = sizeof(wire::FrameHeader);
+}  // namespace
+
+// One socket to one peer. The send side is used by any thread; the receive
+// side only by the poller. Whoever holds `sending_` is the only writer of the
+// socket; everyone else appends copies to `outq_`, so a lock is never held
+// across a system call and frames never interleave.
+class Conn {
+ public:
+  Conn(TcpTransport* t, net::Fd fd, NodeId peer, bool hello_done)
+      : t_(t), fd_(std::move(fd)), peer_(peer), hello_done_(hello_done) {}
+
+  Result<size_t> post(std::span<const WorkRequest> wrs);
+  void on_writable();
+  void mark_dead() {
+    if (!dead_.exchange(true)) ::shutdown(fd_.get(), SHUT_RDWR);
+  }
+
+  TcpTransport* t_;
+  net::Fd fd_;
+  std::atomic<NodeId> peer_;
+  std::atomic<bool> dead_{false};
+
+  // Poller-only.
+  bool hello_done_;
+  bool in_ready_ = false;
+  bool pinned_ = false;
+  bool closed_ = false;
+  std::vector<std::byte> rx_;
+  size_t rx_begin_ = 0, rx_end_ = 0;
+
+ private:
+  void drain();  // caller holds the sending role
+  ssize_t send_iov(const iovec* iov, int n) {
+    msghdr m{};
+    m.msg_iov = const_cast<iovec*>(iov);
+    m.msg_iovlen = static_cast<size_t>(n);
+    return ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  std::mutex mu_;  // guards the fields below; never held across a syscall
+  bool sending_ = false;
+  bool retry_ = false;  // EPOLLOUT seen while another thread was sending
+  std::deque<std::string> outq_;
+  size_t out_off_ = 0;
+  size_t queued_ = 0;
+};
+
+Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
+  if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
+  wire::FrameHeader hdrs[kMaxPostBatch];
+  iovec iov[kMaxPostBatch * (1 + kMaxSge)];
+  int niov = 0;
+  size_t count = 0, total = 0;
+  for (const WorkRequest& wr : wrs) {
+    if (count == kMaxPostBatch) break;
+    if ((wr.op != Op::kSend && wr.op != Op::kWriteImm) || wr.num_sge > kMaxSge) {
+      if (count == 0) return Code::kUnsupported;
+      break;
+    }
+    size_t len = 0;
+    for (int i = 0; i < wr.num_sge; ++i) len += wr.sge[i].len;
+    if (len > t_->caps_.max_msg) {
+      if (count == 0) return Code::kInvalidArg;
+      break;
+    }
+    hdrs[count] = wire::make_frame(wr.op == Op::kSend ? wire::FrameKind::kData
+                                                      : wire::FrameKind::kDataImm,
+                                   static_cast<uint32_t>(len), wr.op == Op::kSend ? 0 : wr.imm);
+    iov[niov++] = {&hdrs[count], kHdr};
+    for (int i = 0; i < wr.num_sge; ++i) {
+      if (wr.sge[i].len == 0) continue;
+      iov[niov++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
+    }
+    total += kHdr + len;
+    ++count;
+  }
+  auto copy_from = [&](size_t skip) {
+    std::string s;
+    s.reserve(total - skip);
+    for (int i = 0; i < niov; ++i) {
+      size_t l = iov[i].iov_len;
+      if (skip >= l) {
+        skip -= l;
+        continue;
+      }
+      s.append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
+      skip = 0;
+    }
+    return s;
+  };
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (sending_ || !outq_.empty()) {
+      if (queued_ > t_->config_.max_queued_bytes && !(wrs[0].flags & kWrMustQueue)) {
+        return size_t{0};  // back-pressure
+      }
+      outq_.push_back(copy_from(0));
+      queued_ += total;
+      return count;
+    }
+    sending_ = true;
+  }
+  ssize_t n = send_iov(iov, niov);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      LT_DEBUG("tcp: send to node %u failed: %s", peer_.load(), strerror(errno));
+      mark_dead();
+      std::lock_guard<std::mutex> g(mu_);
+      sending_ = false;
+      return Code::kPeerDown;
+    }
+    n = 0;
+  }
+  if (static_cast<size_t>(n) < total) {
+    std::string rest = copy_from(static_cast<size_t>(n));
+    std::lock_guard<std::mutex> g(mu_);
+    queued_ += rest.size();
+    outq_.push_front(std::move(rest));
+    out_off_ = 0;
+  }
+  drain();
+  return count;
+}
+
+void Conn::drain() {
+  for (;;) {
+    iovec iov[kMaxIov];
+    int niov = 0;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (outq_.empty() || dead_.load(std::memory_order_relaxed)) {
+        sending_ = false;
+        return;
+      }
+      size_t off = out_off_;
+      for (auto& s : outq_) {
+        if (niov == kMaxIov) break;
+        iov[niov++] = {s.data() + off, s.size() - off};
+        off = 0;
+      }
+    }
+    ssize_t n = send_iov(iov, niov);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::lock_guard<std::mutex> g(mu_);
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (retry_) {
+          retry_ = false;
+          continue;
+        }
+      } else {
+        mark_dead();
+      }
+      sending_ = false;
+      return;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    size_t left = static_cast<size_t>(n);
+    queued_ -= left;
+    while (left > 0) {
+      size_t avail = outq_.front().size() - out_off_;
+      if (avail <= left) {
+        left -= avail;
+        outq_.pop_front();
+        out_off_ = 0;
+      } else {
+        out_off_ += left;
+        left = 0;
+      }
+    }
+  }
+}
+
+void Conn::on_writable() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (sending_) {
+      retry_ = true;
+      return;
+    }
+    if (outq_.empty()) return;
+    sending_ = true;
+  }
+  drain();
+}
+
+namespace {
+class TcpEndpoint final : public Endpoint {
+ public:
+  explicit TcpEndpoint(std::shared_ptr<Conn> c) : c_(std::move(c)) {}
+  Result<size_t> post(std::span<const WorkRequest> wrs) override { return c_->post(wrs); }
+  NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
+  bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
+
+ private:
+  std::shared_ptr<Conn> c_;
+};
+}  // namespace
+
+TcpTransport::TcpTransport(const TcpConfig& config) : config_(config) {
+  caps_.reliable = true;
+  caps_.one_sided = false;
+  caps_.write_imm = true;  // carried as a frame field
+  caps_.atomics64 = false;
+  caps_.needs_registration = false;
+  caps_.max_inline = 0;
+  caps_.max_msg = config.max_msg_bytes;
+  caps_.max_batch = kMaxPostBatch;
+}
+
+TcpTransport::~TcpTransport() {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [p, c] : conns_) c->mark_dead();
+}
+
+Status TcpTransport::init() {
+  std::string host;
+  uint16_t port = 0;
+  if (!parse_host_port(config_.listen, &host, &port).is_ok()) {
+    LT_ERROR("tcp.listen '%s' is not host:port", config_.listen.c_str());
+    return Code::kInvalidArg;
+  }
+  sockaddr_in bound{};
+  auto fd = net::listen_tcp(host, port, &bound);
+  if (!fd) return fd.status();
+  listen_fd_ = std::move(fd.value());
+  epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!epfd_.valid()) return Code::kSys;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;
+  if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) return Code::kSys;
+  if (!config_.advertise.empty()) {
+    address_ = config_.advertise.find(':') == std::string::npos
+                   ? config_.advertise + ":" + std::to_string(ntohs(bound.sin_port))
+                   : config_.advertise;
+  } else {
+    if (bound.sin_addr.s_addr == htonl(INADDR_ANY)) bound.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address_ = net::to_string(bound);
+  }
+  return Status::ok();
+}
+
+void TcpTransport::set_identity(NodeId self, uint64_t cluster_token) {
+  token_.store(cluster_token, std::memory_order_release);
+  self_.store(self, std::memory_order_release);
+}
+
+Status TcpTransport::add_to_epoll(Conn* c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = c;
+  if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, c->fd_.get(), &ev) != 0) return Code::kSys;
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, Deadline d) {
+  NodeId self = self_.load(std::memory_order_acquire);
+  if (self == kNoNode) return Code::kNotJoined;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = peers_.find(peer.node);
+    if (it != peers_.end() && !it->second->dead_.load()) {
+      return std::unique_ptr<Endpoint>(new TcpEndpoint(it->second));
+    }
+  }
+  std::string host;
+  uint16_t port = 0;
+  sockaddr_in addr{};
+  if (!parse_host_port(peer.tcp_address, &host, &port).is_ok() ||
+      !net::resolve(host, port, &addr).is_ok()) {
+    LT_ERROR("tcp: node %u has a bad address '%s'", peer.node, peer.tcp_address.c_str());
+    return Code::kPeerDown;
+  }
+  auto fd = net::connect_tcp(addr, d);
+  if (!fd) {
+    LT_DEBUG("tcp: connect to node %u at %s: %s", peer.node, peer.tcp_address.c_str(),
+             fd.status().name());
+    return fd.status();
+  }
+  net::set_bufsizes(fd->get(), config_.sndbuf_bytes, config_.rcvbuf_bytes);
+  struct {
+    wire::FrameHeader h;
+    HelloBody b;
+  } hello{wire::make_frame(wire::FrameKind::kHello, sizeof(HelloBody)),
+          HelloBody{self, 0, token_.load()}};
+  LT_RETURN_IF_ERROR(net::write_all(fd->get(), &hello, sizeof(hello), d));
+  auto conn = std::make_shared<Conn>(this, std::move(fd.value()), peer.node, true);
+  conn->rx_.resize(kInitialRx);
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = peers_.find(peer.node);
+  if (it != peers_.end() && !it->second->dead_.load()) {
+    // Another thread or the peer itself connected first; use that one.
+    return std::unique_ptr<Endpoint>(new TcpEndpoint(it->second));
+  }
+  LT_RETURN_IF_ERROR(add_to_epoll(conn.get()));
+  peers_[peer.node] = conn;
+  conns_[conn.get()] = conn;
+  return std::unique_ptr<Endpoint>(new TcpEndpoint(conn));
+}
+
+Result<MemRegion> TcpTransport::register_memory(std::span<std::byte> mem, Access) {
+  return MemRegion{mem.data(), mem.size(), 0, 0};
+}
+
+void TcpTransport::accept_all() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      return;  // EAGAIN, or EMFILE and friends: retried on the next readiness
+    }
+    net::set_nodelay(fd);
+    net::set_bufsizes(fd, config_.sndbuf_bytes, config_.rcvbuf_bytes);
+    auto conn = std::make_shared<Conn>(this, net::Fd(fd), kNoNode, false);
+    conn->rx_.resize(kInitialRx);
+    std::lock_guard<std::mutex> g(mu_);
+    if (!add_to_epoll(conn.get()).is_ok()) continue;
+    conns_[conn.get()] = conn;
+  }
+}
+
+bool TcpTransport::handle_hello(Conn* c, std::span<const std::byte> body) {
+  uint64_t token = token_.load(std::memory_order_acquire);
+  if (body.size() != sizeof(HelloBody) || token == 0) return false;
+  HelloBody h;
+  std::memcpy(&h, body.data(), sizeof(h));
+  if (h.cluster_token != token || h.reserved != 0 || h.node == kNoNode ||
+      h.node == self_.load()) {
+    return false;
+  }
+  c->peer_.store(h.node);
+  c->hello_done_ = true;
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = peers_.find(h.node);
+  if (it == peers_.end() || it->second->dead_.load()) peers_[h.node] = conns_[c];
+  return true;
+}
+
+void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, const char* why) {
+  if (c->closed_) return;
+  c->closed_ = true;
+  NodeId peer = c->peer_.load();
+  if (peer != kNoNode) {
+    LT_INFO("tcp: connection to node %u closed: %s", peer, why);
+  } else {
+    LT_WARN("tcp: dropping unidentified connection: %s", why);
+  }
+  epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd_.get(), nullptr);
+  c->mark_dead();
+  c->in_ready_ = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = peers_.find(peer);
+    if (it != peers_.end() && it->second.get() == c) peers_.erase(it);
+    auto ci = conns_.find(c);
+    if (ci != conns_.end()) {
+      closed_.push_back(std::move(ci->second));
+      conns_.erase(ci);
+    }
+  }
+  if (peer != kNoNode && c->hello_done_) {
+    Completion lost;
+    lost.kind = CqKind::kPeerLost;
+    lost.peer = peer;
+    lost.status = Code::kPeerDown;
+    if (*n < out.size()) {
+      out[(*n)++] = lost;
+    } else {
+      pending_.push_back(lost);
+    }
+  }
+}
+
+bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
+  for (;;) {
+    size_t need = kHdr;
+    for (;;) {
+      size_t avail = c->rx_end_ - c->rx_begin_;
+      auto bytes = std::span<const std::byte>(c->rx_.data() + c->rx_begin_, avail);
+      wire::FrameHeader h;
+      Status s = wire::decode_frame_header(bytes, config_.max_msg_bytes, &h);
+      if (s.code() == Code::kNoResource) break;
+      if (!s.is_ok()) {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        close_conn(c, out, n, "malformed frame header");
+        return true;
+      }
+      need = kHdr + h.length;
+      if (avail < need) break;
+      auto body = bytes.subspan(kHdr, h.length);
+      auto kind = static_cast<wire::FrameKind>(h.kind);
+      if (!c->hello_done_ || kind == wire::FrameKind::kHello) {
+        if (c->hello_done_ || kind != wire::FrameKind::kHello || !handle_hello(c, body)) {
+          malformed_.fetch_add(1, std::memory_order_relaxed);
+          close_conn(c, out, n, "bad or missing hello");
+          return true;
+        }
+        c->rx_begin_ += need;
+        need = kHdr;
+        continue;
+      }
+      if (kind != wire::FrameKind::kData && kind != wire::FrameKind::kDataImm) {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        close_conn(c, out, n, "unexpected frame kind");
+        return true;
+      }
+      if (*n == out.size()) return false;
+      Completion& cq = out[(*n)++];
+      cq = Completion{};
+      cq.kind = CqKind::kRecv;
+      cq.peer = c->peer_.load(std::memory_order_relaxed);
+      cq.len = h.length;
+      cq.imm = h.imm;
+      cq.rx = body.data();
+      if (!c->pinned_) {
+        c->pinned_ = true;
+        pinned_.push_back(c);
+      }
+      c->rx_begin_ += need;
+      need = kHdr;
+    }
+    // Make room for the rest of the current frame.
+    if (c->rx_begin_ == c->rx_end_ && !c->pinned_) c->rx_begin_ = c->rx_end_ = 0;
+    if (c->rx_.size() - c->rx_begin_ < need || c->rx_end_ == c->rx_.size()) {
+      if (c->pinned_) return false;  // buffers lent out; come back after release_rx
+      size_t live = c->rx_end_ - c->rx_begin_;
+      std::memmove(c->rx_.data(), c->rx_.data() + c->rx_begin_, live);
+      c->rx_begin_ = 0;
+      c->rx_end_ = live;
+      if (c->rx_.size() < need) c->rx_.resize(need);
+    }
+    ssize_t r = ::recv(c->fd_.get(), c->rx_.data() + c->rx_end_, c->rx_.size() - c->rx_end_, 0);
+    if (r > 0) {
+      c->rx_end_ += static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) {
+      close_conn(c, out, n, "closed by peer");
+      return true;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      c->in_ready_ = false;
+      return true;
+    }
+    close_conn(c, out, n, strerror(errno));
+    return true;
+  }
+}
+
+size_t TcpTransport::poll(std::span<Completion> out) {
+  size_t n = 0;
+  while (!pending_.empty() && n < out.size()) {
+    out[n++] = pending_.back();
+    pending_.pop_back();
+  }
+  epoll_event evs[64];
+  int k = epoll_wait(epfd_.get(), evs, 64, 0);
+  for (int i = 0; i < k; ++i) {
+    auto* c = static_cast<Conn*>(evs[i].data.ptr);
+    if (c == nullptr) {
+      accept_all();
+      continue;
+    }
+    if (evs[i].events & EPOLLOUT) c->on_writable();
+    if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) && !c->in_ready_) {
+      c->in_ready_ = true;
+      ready_.push_back(c);
+    }
+  }
+  size_t keep = 0;
+  for (size_t i = 0; i < ready_.size(); ++i) {
+    Conn* c = ready_[i];
+    bool done = c->closed_ || read_conn(c, out, &n);
+    if (!done) ready_[keep++] = c;
+  }
+  ready_.resize(keep);
+  return n;
+}
+
+void TcpTransport::release_rx(std::span<const Completion>) {
+  for (Conn* c : pinned_) c->pinned_ = false;
+  pinned_.clear();
+  closed_.clear();
+}
+
+Result<std::unique_ptr<Transport>> make_tcp_transport(const TcpConfig& config) {
+  auto t = std::make_unique<TcpTransport>(config);
+  LT_RETURN_IF_ERROR(t->init());
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace lt::transport::tcp
+
+namespace lt::transport {
+Result<std::unique_ptr<Transport>> make_tcp_transport(const TcpConfig& config) {
+  return tcp::make_tcp_transport(config);
+}
+}  // namespace lt::transport
