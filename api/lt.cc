@@ -3,13 +3,14 @@
 #include "ltier/lt.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "common/config.h"
 #include "common/log.h"
+#include "ltier/manager.h"
 #include "proto/core.h"
 #include "proto/manager.h"
-#include "ltier/manager.h"
 
 struct lt_engine {
   explicit lt_engine(const lt::Config& c) : core(c) {}
@@ -95,6 +96,14 @@ int LT_leave(lt_engine_t* e) {
 
 lt_node_t LT_node_id(const lt_engine_t* e) { return e ? e->core.self() : 0; }
 
+int LT_local_address(const lt_engine_t* e, char* buf, size_t cap) {
+  if (e == nullptr || buf == nullptr) return -LT_ERR_INVAL;
+  std::string a = e->core.transport_address();
+  if (a.size() + 1 > cap) return -LT_ERR_TRUNCATED;
+  std::memcpy(buf, a.c_str(), a.size() + 1);
+  return 0;
+}
+
 int LT_nodes(lt_engine_t* e, lt_node_t* ids, size_t cap, size_t* n) {
   if (e == nullptr || n == nullptr || (cap > 0 && ids == nullptr)) return -LT_ERR_INVAL;
   auto m = e->core.members();
@@ -145,13 +154,12 @@ int LT_write(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uin
 
 int LT_memset(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  return blocking(e, [&] {
-    return e->core.memset_async(lmr, offset, static_cast<uint8_t>(value), len);
-  });
+  return blocking(
+      e, [&] { return e->core.memset_async(lmr, offset, static_cast<uint8_t>(value), len); });
 }
 
-int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src,
-              uint64_t src_offset, uint64_t len) {
+int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src, uint64_t src_offset,
+              uint64_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
   return blocking(e, [&] { return e->core.memcpy_async(dst, dst_offset, src, src_offset, len); });
 }

@@ -16,9 +16,10 @@ bool enabled(Level l);
 
 }  // namespace lt::log
 
-#define LT_LOG(lvl, ...)                                                    \
-  do {                                                                      \
-    if (::lt::log::enabled(::lt::log::Level::lvl)) ::lt::log::emit(::lt::log::Level::lvl, __VA_ARGS__); \
+#define LT_LOG(lvl, ...)                                   \
+  do {                                                     \
+    if (::lt::log::enabled(::lt::log::Level::lvl))         \
+      ::lt::log::emit(::lt::log::Level::lvl, __VA_ARGS__); \
   } while (0)
 #define LT_ERROR(...) LT_LOG(kError, __VA_ARGS__)
 #define LT_WARN(...) LT_LOG(kWarn, __VA_ARGS__)

@@ -105,8 +105,8 @@ class [[nodiscard]] Result {
 
 }  // namespace lt
 
-#define LT_RETURN_IF_ERROR(expr)       \
-  do {                                 \
-    ::lt::Status lt_s_ = (expr);       \
-    if (!lt_s_.is_ok()) return lt_s_;  \
+#define LT_RETURN_IF_ERROR(expr)      \
+  do {                                \
+    ::lt::Status lt_s_ = (expr);      \
+    if (!lt_s_.is_ok()) return lt_s_; \
   } while (0)

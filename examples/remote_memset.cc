@@ -30,7 +30,7 @@ int main() {
 
   const uint64_t size = 4096;
   lt_lmr_t lmr;
-  rc = LT_malloc(e, target, size, LT_RW, &lmr);  // 2: memory on another node
+  rc = LT_malloc(e, target, size, LT_RW, &lmr);        // 2: memory on another node
   if (rc == 0) rc = LT_memset(e, lmr, 0, 0x5a, size);  // 3: remote memset
 
   std::vector<unsigned char> back(size);

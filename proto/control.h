@@ -13,17 +13,17 @@
 namespace lt::proto {
 
 enum class CtlType : uint8_t {
-  kJoin = 1,         // str secret, str name, str tcp_address, str host_id, str tenant
-  kJoinOk = 2,       // u32 node, u64 cluster_token, u32 heartbeat_ms, u32 down_after_ms, members
-  kJoinRefused = 3,  // u8 code, str reason
-  kMemberUp = 4,     // member
-  kMemberDown = 5,   // u32 node
-  kHeartbeat = 6,    // (empty)
-  kLeave = 7,        // (empty)
-  kNameRegister = 8,    // u64 req, str name
-  kNameLookup = 9,      // u64 req, str name
+  kJoin = 1,          // str secret, str name, str tcp_address, str host_id, str tenant
+  kJoinOk = 2,        // u32 node, u64 cluster_token, u32 heartbeat_ms, u32 down_after_ms, members
+  kJoinRefused = 3,   // u8 code, str reason
+  kMemberUp = 4,      // member
+  kMemberDown = 5,    // u32 node
+  kHeartbeat = 6,     // (empty)
+  kLeave = 7,         // (empty)
+  kNameRegister = 8,  // u64 req, str name
+  kNameLookup = 9,    // u64 req, str name
   kNameUnregister = 10,  // u64 req, str name
-  kNameReply = 11,      // u64 req, u8 code, u32 node
+  kNameReply = 11,       // u64 req, u8 code, u32 node
 };
 inline constexpr uint8_t kMaxCtlType = 11;
 inline constexpr uint32_t kMaxCtlFrame = 1u << 20;

@@ -27,8 +27,7 @@ inline uint64_t word(uint32_t gen, uint32_t st) { return (static_cast<uint64_t>(
 void futex_wait(std::atomic<uint32_t>* a, uint32_t expected, uint64_t timeout_ns) {
   timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull),
               static_cast<long>(timeout_ns % 1000000000ull)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr,
-          0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
 }
 void futex_wake_all(std::atomic<uint32_t>* a) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
@@ -418,8 +417,8 @@ void Core::retire_endpoint(NodeId p) {
   peers_[p].ep.store(nullptr, std::memory_order_release);
 }
 
-Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen,
-                  Deadline d, bool reply) {
+Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
+                  bool reply) {
   transport::Endpoint* ep;
   LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
   WorkRequest wr;
@@ -466,8 +465,7 @@ uint64_t Core::cap_for(const SipKey& secret, uint64_t key, uint32_t rights) cons
   return siphash24(secret, in, sizeof(in));
 }
 
-Status Core::check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len,
-                         Mapping* m) const {
+Status Core::check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const {
   std::shared_ptr<Mapping> p;
   LT_RETURN_IF_ERROR(handles_.get(h, &p));
   if ((p->rights & need) != need) return Code::kPerm;
@@ -680,8 +678,7 @@ Result<ReqId> Core::write_async(LmrHandle h, uint64_t off, const void* buf, uint
   ReqId id;
   auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
   if (!r) return r.status();
-  RangeReq q{make_header(MsgOp::kWriteReq, id), LmrRef{m.key, m.cap, m.rights, 0}, off, len, 0,
-             0};
+  RangeReq q{make_header(MsgOp::kWriteReq, id), LmrRef{m.key, m.cap, m.rights, 0}, off, len, 0, 0};
   LT_RETURN_IF_ERROR(send_request(*r, id, m.owner, &q, sizeof(q), buf, len));
   return id;
 }
@@ -702,8 +699,8 @@ Result<ReqId> Core::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint6
   ReqId id;
   auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
   if (!r) return r.status();
-  RangeReq q{make_header(MsgOp::kMemsetReq, id), LmrRef{m.key, m.cap, m.rights, 0}, off, len,
-             value, 0};
+  RangeReq q{
+      make_header(MsgOp::kMemsetReq, id), LmrRef{m.key, m.cap, m.rights, 0}, off, len, value, 0};
   LT_RETURN_IF_ERROR(send_request(*r, id, m.owner, &q, sizeof(q), nullptr, 0));
   return id;
 }
@@ -721,8 +718,8 @@ Status Core::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, u
   });
 }
 
-Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
-                                 uint64_t src_off, uint64_t len) {
+Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
+                                 uint64_t len) {
   Mapping d, s;
   LT_RETURN_IF_ERROR(check_range(dst, kRightWrite, dst_off, len, &d));
   LT_RETURN_IF_ERROR(check_range(src, kRightRead, src_off, len, &s));
@@ -732,8 +729,12 @@ Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
     ReqId id;
     auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
     if (!r) return r.status();
-    MemcpyReq q{make_header(MsgOp::kMemcpyReq, id), LmrRef{d.key, d.cap, d.rights, 0},
-                LmrRef{s.key, s.cap, s.rights, 0}, dst_off, src_off, len};
+    MemcpyReq q{make_header(MsgOp::kMemcpyReq, id),
+                LmrRef{d.key, d.cap, d.rights, 0},
+                LmrRef{s.key, s.cap, s.rights, 0},
+                dst_off,
+                src_off,
+                len};
     LT_RETURN_IF_ERROR(send_request(*r, id, d.owner, &q, sizeof(q), nullptr, 0));
     return id;
   }
@@ -743,8 +744,8 @@ Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
     ReqId id;
     auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
     if (!r) return r.status();
-    RangeReq q{make_header(MsgOp::kWriteReq, id), LmrRef{d.key, d.cap, d.rights, 0}, dst_off, len,
-               0, 0};
+    RangeReq q{
+        make_header(MsgOp::kWriteReq, id), LmrRef{d.key, d.cap, d.rights, 0}, dst_off, len, 0, 0};
     LmrRef sref{s.key, s.cap, s.rights, 0};
     bool sent = false;
     Status st = lmrs_.with(s.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
@@ -776,8 +777,8 @@ Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
   (*r)->out_len = len;
   (*r)->copy_dst = std::make_shared<Mapping>(d);
   (*r)->copy_dst_off = dst_off;
-  RangeReq q{make_header(MsgOp::kReadReq, id), LmrRef{s.key, s.cap, s.rights, 0}, src_off, len,
-             0, 0};
+  RangeReq q{
+      make_header(MsgOp::kReadReq, id), LmrRef{s.key, s.cap, s.rights, 0}, src_off, len, 0, 0};
   LT_RETURN_IF_ERROR(send_request(*r, id, s.owner, &q, sizeof(q), nullptr, 0));
   return id;
 }
@@ -916,8 +917,7 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   }
   Request* r = reqs_[idx].get();
   uint64_t expect = word(gen, kStPending);
-  if (r->peer.load() != from ||
-      !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
+  if (r->peer.load() != from || !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
     late_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -965,11 +965,15 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     } else {
       r->kind = ReqKind::kPlain;
       r->peer.store(d.owner);
-      RangeReq q{make_header(MsgOp::kWriteReq, h.req_id), LmrRef{d.key, d.cap, d.rights, 0},
-                 r->copy_dst_off, r->out_len, 0, 0};
+      RangeReq q{make_header(MsgOp::kWriteReq, h.req_id),
+                 LmrRef{d.key, d.cap, d.rights, 0},
+                 r->copy_dst_off,
+                 r->out_len,
+                 0,
+                 0};
       r->word.store(word(gen, kStPending), std::memory_order_release);
-      Status ss = send(d.owner, &q, sizeof(q), r->bounce.get(), r->out_len, default_deadline(),
-                       true);
+      Status ss =
+          send(d.owner, &q, sizeof(q), r->bounce.get(), r->out_len, default_deadline(), true);
       if (ss.is_ok()) return;
       uint64_t w = word(gen, kStPending);
       if (!r->word.compare_exchange_strong(w, word(gen, kStClaimed))) return;
@@ -979,8 +983,6 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   finish(r, s);
 }
 
-CoreStats Core::stats() const {
-  return {served_.load(), malformed_.load(), late_.load()};
-}
+CoreStats Core::stats() const { return {served_.load(), malformed_.load(), late_.load()}; }
 
 }  // namespace lt::proto

@@ -31,9 +31,9 @@ using LmrHandle = uint64_t;
 using ReqId = uint64_t;
 
 struct CoreStats {
-  uint64_t served = 0;         // requests served for peers
-  uint64_t malformed = 0;      // messages dropped by the decoder
-  uint64_t late_replies = 0;   // replies for cancelled or unknown requests
+  uint64_t served = 0;        // requests served for peers
+  uint64_t malformed = 0;     // messages dropped by the decoder
+  uint64_t late_replies = 0;  // replies for cancelled or unknown requests
 };
 
 class Core {
@@ -119,8 +119,8 @@ class Core {
   void serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void reply_status(NodeId to, uint64_t req_id, Status s);
-  Status check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need,
-                   uint64_t off, uint64_t len) const;
+  Status check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need, uint64_t off,
+                   uint64_t len) const;
   Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
                     uint64_t len);
 
@@ -135,7 +135,7 @@ class Core {
   std::unique_ptr<transport::Transport> transport_;
   uint32_t max_payload_ = 0;
 
-  SlotTable<std::shared_ptr<LocalLmr>> lmrs_;  // memory this node owns
+  SlotTable<std::shared_ptr<LocalLmr>> lmrs_;    // memory this node owns
   SlotTable<std::shared_ptr<Mapping>> handles_;  // handles this process holds
 
   std::mutex published_mu_;

@@ -227,7 +227,8 @@ void Manager::check_timeouts() {
 Status Manager::run(const std::atomic<bool>& stop) {
   epoll_event evs[64];
   while (!stop.load()) {
-    int timeout = static_cast<int>(std::min<uint32_t>(100, std::max<uint32_t>(1, opt_.down_after_ms / 4)));
+    int timeout =
+        static_cast<int>(std::min<uint32_t>(100, std::max<uint32_t>(1, opt_.down_after_ms / 4)));
     int n = epoll_wait(epfd_.get(), evs, 64, timeout);
     for (int i = 0; i < n; ++i) {
       auto* c = static_cast<Client*>(evs[i].data.ptr);

@@ -94,6 +94,10 @@ Status Membership::join(const ClusterConfig& c, const std::string& tenant,
 
 void Membership::leave() {
   if (!fd_.valid()) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    leaving_ = true;
+  }
   std::string f = begin_ctl(CtlType::kLeave);
   finish_ctl(&f);
   (void)send_frame(f, Deadline::after_ms(200));
@@ -139,7 +143,7 @@ Status Membership::on_readable(std::vector<Event>* events) {
   }
   if (!fs.is_ok()) {
     std::lock_guard<std::mutex> g(mu_);
-    if (!manager_lost_) LT_WARN("lost the connection to ltier-manager");
+    if (!manager_lost_ && !leaving_) LT_WARN("lost the connection to ltier-manager");
     manager_lost_ = true;
     cv_.notify_all();
     return Code::kPeerDown;

@@ -71,6 +71,7 @@ class Membership {
   std::condition_variable cv_;
   std::map<NodeId, Member> members_;
   bool manager_lost_ = false;
+  bool leaving_ = false;
   uint64_t next_req_ = 1;
   struct Pending {
     bool done = false;

@@ -57,8 +57,7 @@ int main(int argc, char** argv) {
   ltier::Manager m(o);
   int rc = m.start();
   if (rc != 0) {
-    fprintf(stderr, "ltier-manager: cannot listen on %s: %s\n", o.listen.c_str(),
-            LT_strerror(rc));
+    fprintf(stderr, "ltier-manager: cannot listen on %s: %s\n", o.listen.c_str(), LT_strerror(rc));
     return 1;
   }
   std::signal(SIGINT, on_signal);

@@ -73,6 +73,11 @@ std::string run(lt_engine_t* e, const std::string& line) {
   };
   try {
     if (cmd == "id") return "ok " + std::to_string(LT_node_id(e));
+    if (cmd == "address") {
+      char a[128];
+      int rc = LT_local_address(e, a, sizeof(a));
+      return rc ? err(rc) : std::string("ok ") + a;
+    }
     if (cmd == "nodes") {
       lt_node_t ids[1024];
       size_t n = 0;

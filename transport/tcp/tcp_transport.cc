@@ -84,9 +84,9 @@ Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
       if (count == 0) return Code::kInvalidArg;
       break;
     }
-    hdrs[count] = wire::make_frame(wr.op == Op::kSend ? wire::FrameKind::kData
-                                                      : wire::FrameKind::kDataImm,
-                                   static_cast<uint32_t>(len), wr.op == Op::kSend ? 0 : wr.imm);
+    hdrs[count] =
+        wire::make_frame(wr.op == Op::kSend ? wire::FrameKind::kData : wire::FrameKind::kDataImm,
+                         static_cast<uint32_t>(len), wr.op == Op::kSend ? 0 : wr.imm);
     iov[niov++] = {&hdrs[count], kHdr};
     for (int i = 0; i < wr.num_sge; ++i) {
       if (wr.sge[i].len == 0) continue;
@@ -346,8 +346,7 @@ bool TcpTransport::handle_hello(Conn* c, std::span<const std::byte> body) {
   if (body.size() != sizeof(HelloBody) || token == 0) return false;
   HelloBody h;
   std::memcpy(&h, body.data(), sizeof(h));
-  if (h.cluster_token != token || h.reserved != 0 || h.node == kNoNode ||
-      h.node == self_.load()) {
+  if (h.cluster_token != token || h.reserved != 0 || h.node == kNoNode || h.node == self_.load()) {
     return false;
   }
   c->peer_.store(h.node);

@@ -24,27 +24,27 @@ extern "C" {
 /* Error codes; functions return their negation. */
 enum {
   LT_OK = 0,
-  LT_ERR_INVAL = 1,        /* invalid argument (caller bug) */
-  LT_ERR_BAD_HANDLE = 2,   /* invalid, forged or stale handle */
-  LT_ERR_OUT_OF_BOUNDS = 3,/* offset/length outside the LMR */
-  LT_ERR_PERM = 4,         /* the handle lacks the right for this op */
-  LT_ERR_PEER_DOWN = 5,    /* the node holding the memory is down or unreachable */
-  LT_ERR_TIMEDOUT = 6,     /* the call's deadline passed */
-  LT_ERR_AGAIN = 7,        /* out of request slots or back-pressure: retry */
-  LT_ERR_QUOTA = 8,        /* the tenant's quota is exhausted: retry after completions */
+  LT_ERR_INVAL = 1,         /* invalid argument (caller bug) */
+  LT_ERR_BAD_HANDLE = 2,    /* invalid, forged or stale handle */
+  LT_ERR_OUT_OF_BOUNDS = 3, /* offset/length outside the LMR */
+  LT_ERR_PERM = 4,          /* the handle lacks the right for this op */
+  LT_ERR_PEER_DOWN = 5,     /* the node holding the memory is down or unreachable */
+  LT_ERR_TIMEDOUT = 6,      /* the call's deadline passed */
+  LT_ERR_AGAIN = 7,         /* out of request slots or back-pressure: retry */
+  LT_ERR_QUOTA = 8,         /* the tenant's quota is exhausted: retry after completions */
   LT_ERR_UNSUPPORTED = 9,
-  LT_ERR_MALFORMED = 10,   /* malformed message or input */
-  LT_ERR_NOT_FOUND = 11,   /* no LMR published under that name */
-  LT_ERR_EXISTS = 12,      /* name already published */
-  LT_ERR_AUTH = 13,        /* ltier-manager refused the cluster secret */
+  LT_ERR_MALFORMED = 10, /* malformed message or input */
+  LT_ERR_NOT_FOUND = 11, /* no LMR published under that name */
+  LT_ERR_EXISTS = 12,    /* name already published */
+  LT_ERR_AUTH = 13,      /* ltier-manager refused the cluster secret */
   LT_ERR_NO_MEMORY = 14,
   LT_ERR_NOT_JOINED = 15,
   LT_ERR_ALIGN = 16,
   LT_ERR_NO_HANDLER = 17,
   LT_ERR_TRUNCATED = 18,
-  LT_ERR_CLOSED = 19,      /* the engine left the cluster while the op was in flight */
+  LT_ERR_CLOSED = 19, /* the engine left the cluster while the op was in flight */
   LT_ERR_INTERNAL = 20,
-  LT_ERR_SYS = 21          /* a system call failed (see the log) */
+  LT_ERR_SYS = 21 /* a system call failed (see the log) */
 };
 
 /* LMR rights. */
@@ -74,6 +74,9 @@ int LT_join(const lt_join_opts_t* opts, lt_engine_t** out);
 int LT_leave(lt_engine_t* e);
 
 lt_node_t LT_node_id(const lt_engine_t* e);
+/* The host:port this node's tcp transport listens on (NUL-terminated);
+ * -LT_ERR_TRUNCATED when cap is too small. */
+int LT_local_address(const lt_engine_t* e, char* buf, size_t cap);
 /* Live nodes, this one included, ascending. *n is the total; at most cap ids
  * are written. */
 int LT_nodes(lt_engine_t* e, lt_node_t* ids, size_t cap, size_t* n);
@@ -97,8 +100,8 @@ int LT_read(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t l
 int LT_write(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len);
 int LT_memset(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len);
 /* Copies between LMRs, which may live on different nodes. */
-int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src,
-              uint64_t src_offset, uint64_t len);
+int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src, uint64_t src_offset,
+              uint64_t len);
 
 /* Async forms: argument errors return at once; otherwise *req completes later
  * (LT_wait / LT_test). buf must stay valid until the request completes. */

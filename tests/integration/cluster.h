@@ -1,0 +1,67 @@
+// Test harness: starts a real ltier-manager and real ltier-node processes and
+// drives each node through its stdin/stdout command protocol. Every read has
+// a deadline, so a hung node fails the test instead of hanging it.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lt::itest {
+
+class Proc {
+ public:
+  /// argv[0] is run through execvp; env entries are "K=V" added to ours.
+  Proc(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+  ~Proc();
+  /// Sends one command line and returns the reply line, or "TIMEOUT"/"EOF".
+  std::string cmd(const std::string& line, int timeout_ms = 20000);
+  /// Next stdout line, or "TIMEOUT"/"EOF".
+  std::string read_line(int timeout_ms);
+  void signal(int sig);
+  /// Waits for exit; returns the exit status, or -1 on timeout (then kills).
+  int wait_exit(int timeout_ms);
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  std::string buf_;
+  bool reaped_ = false;
+};
+
+struct ClusterOptions {
+  std::string secret = "itest-secret";
+  uint32_t down_after_ms = 1000;
+  std::string manager_listen = "127.0.0.1:0";
+  std::vector<std::string> manager_prefix;  // e.g. {"ip","netns","exec","ns0"}
+};
+
+class Cluster {
+ public:
+  explicit Cluster(ClusterOptions o = {});
+  ~Cluster();
+  bool ok() const { return manager_ != nullptr && !manager_address_.empty(); }
+  const std::string& manager_address() const { return manager_address_; }
+  /// Starts an ltier-node; nullptr if it did not report "ready". `prefix`
+  /// wraps the command (network namespaces); extra_env overrides defaults.
+  Proc* add_node(const std::vector<std::string>& extra_env = {},
+                 const std::vector<std::string>& prefix = {}, std::string* ready_line = nullptr);
+  static std::string bin(const char* name);
+
+ private:
+  ClusterOptions o_;
+  std::unique_ptr<Proc> manager_;
+  std::string manager_address_;
+  std::string port_file_;
+  std::vector<std::unique_ptr<Proc>> nodes_;
+};
+
+/// "ok 123" -> "123"; anything else -> "".
+std::string ok_value(const std::string& reply);
+
+}  // namespace lt::itest

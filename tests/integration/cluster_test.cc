@@ -1,0 +1,206 @@
+// Integration tests over a real ltier-manager and three real ltier-node
+// processes on loopback. Assertions are on behaviour only; the generous
+// command deadlines in the harness guard against hangs and are not timings.
+#include "cluster.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+
+namespace lt::itest {
+namespace {
+
+std::string id_of(Proc* p) { return ok_value(p->cmd("id")); }
+
+class ThreeNodes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.ok()) << "ltier-manager did not start";
+    for (auto*& n : nodes_) {
+      n = cluster_.add_node();
+      ASSERT_NE(n, nullptr) << "ltier-node did not become ready";
+    }
+    for (int i = 0; i < 3; ++i) ids_[i] = id_of(nodes_[i]);
+  }
+  Cluster cluster_;
+  Proc* nodes_[3] = {};
+  std::string ids_[3];
+};
+
+TEST_F(ThreeNodes, WriteOnOneNodeReadOnAnother) {
+  Proc *a = nodes_[0], *c = nodes_[2];
+  // Memory lives on node b; a is its master; c maps it by name.
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));
+  ASSERT_FALSE(h.empty());
+  EXPECT_EQ(a->cmd("write " + h + " 100 deadbeef0102"), "ok");
+  EXPECT_EQ(a->cmd("publish " + h + " itest.buf rw"), "ok");
+  std::string hc = ok_value(c->cmd("map itest.buf r"));
+  ASSERT_FALSE(hc.empty());
+  EXPECT_EQ(c->cmd("read " + hc + " 100 6"), "ok deadbeef0102");
+  EXPECT_EQ(c->cmd("read " + hc + " 98 2"), "ok 0000");  // zero-filled
+  // A large write crosses many socket buffers; the sum proves every byte.
+  EXPECT_EQ(a->cmd("fill " + h + " 0 4096 7"), "ok");
+  EXPECT_EQ(c->cmd("sum " + hc + " 0 4096"), "ok " + std::to_string(4096 * 7));
+}
+
+TEST_F(ThreeNodes, MemsetAndMemcpyAcrossNodes) {
+  Proc* a = nodes_[0];
+  std::string src = ok_value(a->cmd("malloc " + ids_[1] + " 1048576 rw"));
+  std::string dst = ok_value(a->cmd("malloc " + ids_[2] + " 1048576 rw"));
+  std::string loc = ok_value(a->cmd("malloc " + ids_[0] + " 4096 rw"));
+  ASSERT_FALSE(src.empty());
+  ASSERT_FALSE(dst.empty());
+  ASSERT_FALSE(loc.empty());
+  EXPECT_EQ(a->cmd("memset " + src + " 0 9 1048576"), "ok");
+  EXPECT_EQ(a->cmd("sum " + src + " 0 1048576"), "ok " + std::to_string(9 * 1048576));
+  // Remote to remote, on two different nodes.
+  EXPECT_EQ(a->cmd("memcpy " + dst + " 0 " + src + " 0 1048576"), "ok");
+  EXPECT_EQ(a->cmd("sum " + dst + " 0 1048576"), "ok " + std::to_string(9 * 1048576));
+  // Within one remote node, and between local and remote memory.
+  EXPECT_EQ(a->cmd("write " + src + " 0 0a0b0c"), "ok");
+  EXPECT_EQ(a->cmd("memcpy " + src + " 10 " + src + " 0 3"), "ok");
+  EXPECT_EQ(a->cmd("read " + src + " 10 3"), "ok 0a0b0c");
+  EXPECT_EQ(a->cmd("memcpy " + loc + " 0 " + src + " 0 3"), "ok");
+  EXPECT_EQ(a->cmd("read " + loc + " 0 3"), "ok 0a0b0c");
+  EXPECT_EQ(a->cmd("write " + loc + " 0 ffee"), "ok");
+  EXPECT_EQ(a->cmd("memcpy " + dst + " 5 " + loc + " 0 2"), "ok");
+  EXPECT_EQ(a->cmd("read " + dst + " 5 2"), "ok ffee");
+}
+
+TEST_F(ThreeNodes, BadAccessIsRejectedAndTouchesNothing) {
+  Proc *a = nodes_[0], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("fill " + h + " 0 64 1"), "ok");
+  ASSERT_EQ(a->cmd("publish " + h + " itest.guard r"), "ok");
+  auto unchanged = [&] { EXPECT_EQ(a->cmd("sum " + h + " 0 64"), "ok 64"); };
+
+  // Out of bounds, including offset overflow.
+  EXPECT_EQ(a->cmd("write " + h + " 63 0102"), "err LT_ERR_OUT_OF_BOUNDS");
+  EXPECT_EQ(a->cmd("read " + h + " 65 1"), "err LT_ERR_OUT_OF_BOUNDS");
+  EXPECT_EQ(a->cmd("memset " + h + " 18446744073709551615 0 2"), "err LT_ERR_OUT_OF_BOUNDS");
+  unchanged();
+
+  // Wrong rights: mapped read-only, asked for more than published.
+  EXPECT_EQ(c->cmd("map itest.guard rw"), "err LT_ERR_PERM");
+  EXPECT_EQ(c->cmd("map itest.nothing r"), "err LT_ERR_NOT_FOUND");
+  std::string ro = ok_value(c->cmd("map itest.guard r"));
+  ASSERT_FALSE(ro.empty());
+  EXPECT_EQ(c->cmd("write " + ro + " 0 ff"), "err LT_ERR_PERM");
+  EXPECT_EQ(c->cmd("memset " + ro + " 0 0 64"), "err LT_ERR_PERM");
+  EXPECT_EQ(c->cmd("free " + ro), "err LT_ERR_PERM");
+  unchanged();
+
+  // Forged handles: flipped tag bits, flipped generation, garbage.
+  uint64_t hv = std::stoull(h);
+  for (uint64_t forged : std::vector<uint64_t>{hv ^ (1ull << 40), hv ^ (1ull << 21), 12345, 0}) {
+    EXPECT_EQ(a->cmd("write " + std::to_string(forged) + " 0 ff"), "err LT_ERR_BAD_HANDLE");
+  }
+  unchanged();
+
+  // Stale after free: the master's handle fails locally, the mapper's
+  // handle is refused by the owner.
+  EXPECT_EQ(a->cmd("free " + h), "ok");
+  EXPECT_EQ(a->cmd("read " + h + " 0 1"), "err LT_ERR_BAD_HANDLE");
+  EXPECT_EQ(c->cmd("read " + ro + " 0 1"), "err LT_ERR_BAD_HANDLE");
+  EXPECT_EQ(c->cmd("map itest.guard r"), "err LT_ERR_NOT_FOUND");
+}
+
+TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
+  Proc *a = nodes_[0], *b = nodes_[1];
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("read " + h + " 0 4"), "ok 00000000");
+  b->signal(SIGKILL);
+  EXPECT_EQ(a->cmd("read " + h + " 0 4", 15000), "err LT_ERR_PEER_DOWN");
+  EXPECT_EQ(a->cmd("malloc " + ids_[1] + " 64 rw", 15000), "err LT_ERR_PEER_DOWN");
+  // The survivors still work with each other.
+  std::string h2 = ok_value(a->cmd("malloc " + ids_[2] + " 64 rw"));
+  ASSERT_FALSE(h2.empty());
+  EXPECT_EQ(a->cmd("write " + h2 + " 0 11"), "ok");
+}
+
+TEST_F(ThreeNodes, StoppedNodeIsDeclaredDownByHeartbeat) {
+  Proc *a = nodes_[0], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[2] + " 64 rw"));
+  ASSERT_FALSE(h.empty());
+  c->signal(SIGSTOP);  // connections stay open; only heartbeats stop
+  // The manager declares it down after down_after_ms, well before the 10 s
+  // op timeout, so the read fails with PEER_DOWN rather than TIMEDOUT.
+  EXPECT_EQ(a->cmd("read " + h + " 0 4", 15000), "err LT_ERR_PEER_DOWN");
+  c->signal(SIGKILL);
+  c->signal(SIGCONT);
+}
+
+TEST_F(ThreeNodes, GarbageOnTcpPortLeavesNodeServing) {
+  Proc *a = nodes_[0], *b = nodes_[1];
+  std::string addr = ok_value(b->cmd("address"));
+  ASSERT_FALSE(addr.empty());
+  auto colon = addr.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(addr.substr(colon + 1))));
+  inet_pton(AF_INET, addr.substr(0, colon).c_str(), &sa.sin_addr);
+
+  std::mt19937 rng(42);
+  std::vector<std::string> payloads;
+  std::string junk(4096, '\0');
+  for (auto& ch : junk) ch = static_cast<char>(rng());
+  payloads.push_back(junk);
+  payloads.push_back("GET / HTTP/1.0\r\n\r\n");
+  // A valid-looking header with a huge length, and a hello with a bad token.
+  payloads.push_back(std::string("\x4c\x54\x01\x02\xff\xff\xff\x7f", 8) + std::string(8, '\0'));
+  payloads.push_back(std::string("\x4c\x54\x01\x01\x10\x00\x00\x00", 8) + std::string(8, '\0') +
+                     std::string("\x02\x00\x00\x00\x00\x00\x00\x00", 8) + std::string(8, 'x'));
+  for (auto& p : payloads) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    ASSERT_EQ(send(fd, p.data(), p.size(), MSG_NOSIGNAL), static_cast<ssize_t>(p.size()));
+    // The node drops the connection (EOF) instead of crashing.
+    pollfd pf{fd, POLLIN, 0};
+    ASSERT_EQ(poll(&pf, 1, 10000), 1);
+    char tmp[16];
+    EXPECT_LE(recv(fd, tmp, sizeof(tmp), 0), 0);
+    close(fd);
+  }
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rw"));
+  ASSERT_FALSE(h.empty());
+  EXPECT_EQ(a->cmd("write " + h + " 0 c0ffee"), "ok");
+  EXPECT_EQ(a->cmd("read " + h + " 0 3"), "ok c0ffee");
+}
+
+TEST(Join, WrongSecretIsRefusedClearly) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  std::string line;
+  Proc* p = cluster.add_node({"LTIER_SECRET=not-the-secret"}, {}, &line);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(line, "err LT_ERR_AUTH");
+}
+
+TEST(Join, NoManagerIsPeerDown) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  std::string line;
+  // Port 1 on loopback: nothing listens there.
+  Proc* p = cluster.add_node({"LTIER_MANAGER=127.0.0.1:1"}, {}, &line);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(line, "err LT_ERR_PEER_DOWN");
+}
+
+TEST(Join, BrokenConfigIsInvalid) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  std::string line;
+  Proc* p = cluster.add_node({"LTIER_SPIN_US=lots"}, {}, &line);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
+}
+
+}  // namespace
+}  // namespace lt::itest
