@@ -85,13 +85,13 @@ Core::Core(const Config& config)
       handles_(1u << 16),
       peers_(new PeerSlot[kMaxNodes]) {
   uint32_t n = std::max<uint32_t>(16, config.engine.max_outstanding);
-  reqs_.reserve(n);
-  free_next_ = std::vector<std::atomic<uint32_t>>(n);
+  reqs_.reset(new Request[n]);
+  num_reqs_ = n;
+  free_next_.reset(new std::atomic<uint32_t>[n]);
   for (uint32_t i = 0; i < n; ++i) {
-    reqs_.push_back(std::make_unique<Request>());
-    reqs_[i]->idx = i;
-    reqs_[i]->word.store(word(1, kStFree));
-    free_next_[i].store(i + 1 < n ? i + 2 : 0);  // stored as index+1; 0 ends the list
+    reqs_[i].idx = i;
+    reqs_[i].word.store(word(1, kStFree), std::memory_order_relaxed);
+    free_next_[i].store(i + 1 < n ? i + 2 : 0, std::memory_order_relaxed);  // index+1; 0 ends
   }
   free_head_.store(1);
   cq_.resize(kCqBatch);
@@ -138,11 +138,12 @@ void Core::leave() {
   ssize_t w = write(wake_fd_, &one, sizeof(one));
   (void)w;
   if (progress_thread_.joinable()) progress_thread_.join();
-  for (auto& r : reqs_) {
+  for (uint32_t i = 0; i < num_reqs_; ++i) {
+    Request* r = &reqs_[i];
     uint64_t w0 = r->word.load();
     if ((w0 & 0xff) == kStPending) {
       uint64_t claimed = (w0 & ~uint64_t{0xff}) | kStClaimed;
-      if (r->word.compare_exchange_strong(w0, claimed)) finish(r.get(), Code::kClosed);
+      if (r->word.compare_exchange_strong(w0, claimed)) finish(r, Code::kClosed);
     }
   }
 }
@@ -248,7 +249,7 @@ Result<Core::Request*> Core::alloc_request(ReqKind kind, NodeId peer, ReqId* id)
     uint64_t next = ((head >> 32) + 1) << 32 | free_next_[idx].load(std::memory_order_relaxed);
     if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
   }
-  Request* r = reqs_[idx].get();
+  Request* r = &reqs_[idx];
   uint32_t gen = static_cast<uint32_t>(r->word.load() >> 8);
   r->kind = kind;
   r->status = Code::kOk;
@@ -299,8 +300,8 @@ void Core::release(Request* r) {
 Core::Request* Core::lookup(ReqId id) {
   uint32_t idx = static_cast<uint32_t>(id);
   uint32_t gen = static_cast<uint32_t>(id >> 32);
-  if (idx >= reqs_.size()) return nullptr;
-  Request* r = reqs_[idx].get();
+  if (idx >= num_reqs_) return nullptr;
+  Request* r = &reqs_[idx];
   uint64_t w = r->word.load(std::memory_order_acquire);
   if (static_cast<uint32_t>(w >> 8) != gen || (w & 0xff) == kStFree || (w & 0xff) == kStCancelled) {
     return nullptr;
@@ -368,13 +369,14 @@ Status Core::wait_or_cancel(ReqId id, Deadline d, Results* res) {
 }
 
 void Core::fail_requests_to(NodeId peer, Code c) {
-  for (auto& r : reqs_) {
+  for (uint32_t i = 0; i < num_reqs_; ++i) {
+    Request* r = &reqs_[i];
     if (r->peer.load() != peer) continue;
     uint64_t w = r->word.load();
     if ((w & 0xff) != kStPending) continue;
     if (r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
       if (r->peer.load() == peer) {
-        finish(r.get(), c);
+        finish(r, c);
       } else {
         r->word.store(w);
       }
@@ -399,8 +401,10 @@ Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
     *out = e;
     return Status::ok();
   }
+  // A peer can reach us before the manager's MemberUp for it does; its
+  // inbound connection (authenticated by the cluster token) is then reused.
   auto info = membership_.peer(p);
-  if (!info) return Code::kPeerDown;
+  if (!info) info = transport::PeerInfo{p, "", ""};
   Deadline cd = Deadline::after_ms(config_.tcp.connect_timeout_ms);
   if (d.at_ns() < cd.at_ns()) cd = d;
   auto ep = transport_->connect(*info, cd);
@@ -911,11 +915,11 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
 void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   uint32_t idx = static_cast<uint32_t>(h.req_id);
   uint32_t gen = static_cast<uint32_t>(h.req_id >> 32);
-  if (idx >= reqs_.size()) {
+  if (idx >= num_reqs_) {
     late_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  Request* r = reqs_[idx].get();
+  Request* r = &reqs_[idx];
   uint64_t expect = word(gen, kStPending);
   if (r->peer.load() != from || !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
     late_.fetch_add(1, std::memory_order_relaxed);

@@ -141,9 +141,10 @@ class Core {
   std::mutex published_mu_;
   std::map<std::string, std::pair<LmrHandle, uint32_t>> published_;  // name -> handle, rights
 
-  std::vector<std::unique_ptr<Request>> reqs_;
+  std::unique_ptr<Request[]> reqs_;
+  uint32_t num_reqs_ = 0;
   std::atomic<uint64_t> free_head_{0};  // [aba tag:32][index+1:32]
-  std::vector<std::atomic<uint32_t>> free_next_;
+  std::unique_ptr<std::atomic<uint32_t>[]> free_next_;
 
   static constexpr NodeId kMaxNodes = 1024;
   struct PeerSlot {

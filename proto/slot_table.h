@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <shared_mutex>
 #include <vector>
@@ -20,7 +21,9 @@ class SlotTable {
   static constexpr uint32_t kSlotBits = 20, kGenBits = 12;
   static constexpr uint32_t kMaxSlots = 1u << kSlotBits;
 
-  explicit SlotTable(uint32_t capacity) : slots_(capacity > kMaxSlots ? kMaxSlots : capacity) {}
+  /// Slots are created on demand (a deque keeps references stable), so an
+  /// engine that holds few handles pays for few.
+  explicit SlotTable(uint32_t capacity) : capacity_(capacity > kMaxSlots ? kMaxSlots : capacity) {}
 
   /// kNoResource when full.
   Result<uint64_t> insert(T v) {
@@ -29,8 +32,9 @@ class SlotTable {
     if (!free_.empty()) {
       i = free_.back();
       free_.pop_back();
-    } else if (used_ < slots_.size()) {
+    } else if (used_ < capacity_) {
       i = used_++;
+      slots_.emplace_back();
     } else {
       return Code::kNoResource;
     }
@@ -99,7 +103,8 @@ class SlotTable {
   }
 
   mutable std::shared_mutex mu_;
-  std::vector<Slot> slots_;
+  uint32_t capacity_;
+  std::deque<Slot> slots_;
   std::vector<uint32_t> free_;
   uint32_t used_ = 0;
 };

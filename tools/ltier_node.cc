@@ -83,7 +83,10 @@ std::string run(lt_engine_t* e, const std::string& line) {
       size_t n = 0;
       LT_nodes(e, ids, 1024, &n);
       std::string s = "ok";
-      for (size_t i = 0; i < n && i < 1024; ++i) s += " " + std::to_string(ids[i]);
+      for (size_t i = 0; i < n && i < 1024; ++i) {
+        s.push_back(' ');
+        s.append(std::to_string(ids[i]));
+      }
       return s;
     }
     if (cmd == "malloc") {

@@ -1,0 +1,270 @@
+// ltier-perf: latency and bandwidth of ltier operations between two nodes on
+// this host, in the spirit of ucx_perftest. It runs its own ltier-manager (in
+// a thread) and a server node (a child process), then measures from this
+// process. Output lines are machine-readable:
+//
+//   lat op=read size=8 iters=N p50_us=X p99_us=Y       (round trip of one op)
+//   bw op=write size=1048576 window=W MBps=X            (W ops in flight)
+//   join op=first_op p50_us=X p90_us=Y                  (fresh process: LT_join
+//        start to its first completed LT_read on a peer)
+//   join op=after_join p50_us=X p90_us=Y                (LT_join return to it)
+//
+//   ltier-perf [--ops read,write] [--sizes 8,4096,65536,1048576] [--iters N]
+//              [--warmup N] [--bw] [--window W] [--join] [--join-tries N]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ltier/lt.h"
+#include "ltier/manager.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ',')) {
+    if (!t.empty()) v.push_back(t);
+  }
+  return v;
+}
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+[[noreturn]] void die(const char* what, int rc) {
+  fprintf(stderr, "ltier-perf: %s: %s\n", what, LT_strerror(rc));
+  exit(1);
+}
+
+lt_join_opts_t opts_for(const std::string& manager, const std::string& secret) {
+  lt_join_opts_t o{};
+  o.manager = manager.c_str();
+  o.secret = secret.c_str();
+  o.listen = "127.0.0.1:0";
+  return o;
+}
+
+// Server node: joins and serves until its parent closes the pipe.
+pid_t start_server(const std::string& manager, const std::string& secret) {
+  int p[2];
+  if (pipe(p) != 0) exit(1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[1]);
+    lt_engine_t* e;
+    lt_join_opts_t o = opts_for(manager, secret);
+    int rc = LT_join(&o, &e);
+    if (rc != 0) die("server join", rc);
+    char c;
+    while (read(p[0], &c, 1) > 0) {
+    }
+    LT_leave(e);
+    _exit(0);
+  }
+  close(p[0]);
+  // p[1] stays open in this process: closing it (at exit) stops the server.
+  return pid;
+}
+
+lt_node_t wait_for_peer(lt_engine_t* e) {
+  for (int i = 0; i < 1000; ++i) {
+    lt_node_t ids[16];
+    size_t n = 0;
+    LT_nodes(e, ids, 16, &n);
+    for (size_t k = 0; k < n && k < 16; ++k) {
+      if (ids[k] != LT_node_id(e)) return ids[k];
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  fprintf(stderr, "ltier-perf: server node never joined\n");
+  exit(1);
+}
+
+void run_join(const std::string& manager, const std::string& secret, lt_node_t server, int tries) {
+  std::vector<double> first, after;
+  for (int t = 0; t < tries; ++t) {
+    int p[2];
+    if (pipe(p) != 0) return;
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      auto t0 = Clock::now();
+      lt_engine_t* e;
+      lt_join_opts_t o = opts_for(manager, secret);
+      int rc = LT_join(&o, &e);
+      if (rc != 0) _exit(1);
+      auto t1 = Clock::now();
+      lt_lmr_t h;
+      char buf[8];
+      rc = LT_malloc(e, server, 64, LT_RW, &h);
+      if (rc == 0) rc = LT_read(e, h, 0, buf, 8);
+      double v[2] = {us_since(t0), us_since(t1)};
+      if (rc == 0 && write(p[1], v, sizeof(v)) != sizeof(v)) rc = 1;
+      if (rc == 0) LT_free(e, h);
+      LT_leave(e);
+      _exit(rc == 0 ? 0 : 1);
+    }
+    close(p[1]);
+    double v[2];
+    if (read(p[0], v, sizeof(v)) == sizeof(v)) {
+      first.push_back(v[0]);
+      after.push_back(v[1]);
+    }
+    close(p[0]);
+    waitpid(pid, nullptr, 0);
+  }
+  printf("join op=first_op p50_us=%.2f p90_us=%.2f\n", pct(first, 50), pct(first, 90));
+  printf("join op=after_join p50_us=%.2f p90_us=%.2f\n", pct(after, 50), pct(after, 90));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> ops = {"read", "write"};
+  std::vector<uint64_t> sizes = {8, 4096, 65536, 1048576};
+  int iters = 10000, warmup = -1, window = 16, join_tries = 30;
+  bool bw = false, join = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "ltier-perf: %s needs a value\n", a.c_str());
+        exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--ops") {
+      ops = split(val());
+    } else if (a == "--sizes") {
+      sizes.clear();
+      for (auto& s : split(val())) sizes.push_back(std::stoull(s));
+    } else if (a == "--iters") {
+      iters = std::stoi(val());
+    } else if (a == "--warmup") {
+      warmup = std::stoi(val());
+    } else if (a == "--window") {
+      window = std::stoi(val());
+    } else if (a == "--join-tries") {
+      join_tries = std::stoi(val());
+    } else if (a == "--bw") {
+      bw = true;
+    } else if (a == "--join") {
+      join = true;
+    } else {
+      fprintf(stderr,
+              "usage: ltier-perf [--ops read,write] [--sizes 8,4096,...] [--iters N] "
+              "[--warmup N] [--bw] [--window W] [--join] [--join-tries N]\n");
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  ltier::ManagerOptions mo;
+  mo.listen = "127.0.0.1:0";
+  mo.secret = "ltier-perf";
+  ltier::Manager manager(mo);
+  if (int rc = manager.start(); rc != 0) die("manager", rc);
+  std::atomic<bool> stop{false};
+  std::thread mt([&] { manager.run(stop); });
+  std::string maddr = manager.address();
+
+  pid_t server = start_server(maddr, mo.secret);
+  lt_engine_t* e;
+  lt_join_opts_t o = opts_for(maddr, mo.secret);
+  if (int rc = LT_join(&o, &e); rc != 0) die("join", rc);
+  lt_node_t peer = wait_for_peer(e);
+  uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
+  uint64_t region = max_size * static_cast<uint64_t>(std::max(window, 1));
+  lt_lmr_t h;
+  if (int rc = LT_malloc(e, peer, region, LT_RW, &h); rc != 0) die("malloc", rc);
+  std::vector<char> buf(region, 'x');
+
+  for (const auto& op : ops) {
+    if (op != "read" && op != "write") {
+      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write)\n", op.c_str());
+      continue;
+    }
+    bool is_read = op == "read";
+    for (uint64_t size : sizes) {
+      int n = iters;
+      if (size > 4096) n = std::max(200, static_cast<int>(iters * 4096.0 / size));
+      n = std::min(n, iters);
+      int w = warmup >= 0 ? warmup : n / 10 + 1;
+      std::vector<double> lat;
+      lat.reserve(n);
+      for (int i = 0; i < w + n; ++i) {
+        auto t0 = Clock::now();
+        int rc = is_read ? LT_read(e, h, 0, buf.data(), size) : LT_write(e, h, 0, buf.data(), size);
+        if (rc != 0) die(op.c_str(), rc);
+        if (i >= w) lat.push_back(us_since(t0));
+      }
+      printf("lat op=%s size=%llu iters=%d p50_us=%.2f p99_us=%.2f\n", op.c_str(),
+             static_cast<unsigned long long>(size), n, pct(lat, 50), pct(lat, 99));
+      fflush(stdout);
+    }
+  }
+  if (bw) {
+    for (const auto& op : ops) {
+      bool is_read = op == "read";
+      for (uint64_t size : sizes) {
+        if (size < 65536) continue;
+        // About 256 MiB or 2,000 ops, whichever is fewer; window W in flight.
+        uint64_t total = std::min<uint64_t>(2000, std::max<uint64_t>(200, (256ull << 20) / size));
+        std::vector<lt_req_t> reqs(static_cast<size_t>(window));
+        auto t0 = Clock::now();
+        uint64_t issued = 0, done = 0;
+        size_t slot = 0;
+        while (done < total) {
+          if (issued < total && issued - done < static_cast<uint64_t>(window)) {
+            char* p = buf.data() + (issued % window) * size;
+            uint64_t off = (issued % window) * size;
+            int rc = is_read ? LT_read_async(e, h, off, p, size, &reqs[issued % window])
+                             : LT_write_async(e, h, off, p, size, &reqs[issued % window]);
+            if (rc != 0) die(op.c_str(), rc);
+            ++issued;
+            continue;
+          }
+          slot = done % window;
+          int rc = LT_wait(e, reqs[slot], -1);
+          if (rc != 0) die("wait", rc);
+          ++done;
+        }
+        double secs = us_since(t0) / 1e6;
+        printf("bw op=%s size=%llu window=%d MBps=%.1f\n", op.c_str(),
+               static_cast<unsigned long long>(size), window,
+               static_cast<double>(total * size) / secs / 1e6);
+        fflush(stdout);
+      }
+    }
+  }
+  if (join) run_join(maddr, mo.secret, peer, join_tries);
+  LT_free(e, h);
+  LT_leave(e);
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
+  stop.store(true);
+  mt.join();
+  return 0;
+}
