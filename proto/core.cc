@@ -160,12 +160,26 @@ void Core::progress_loop() {
   add(membership_.fd(), 1);
   add(wake_fd_, 2);
   std::vector<Membership::Event> events;
+  // After work, keep polling for a bounded time: a request that follows a
+  // reply closely is served without a wake-up (expensive on small VMs); then
+  // sleep, so an idle engine costs no CPU.
+  const uint64_t spin_ns = config_.engine.progress_spin_us * 1000ull;
+  uint64_t last_work = now_ns();
   while (running_.load(std::memory_order_relaxed)) {
     bool did = progress();
-    int hb = membership_.heartbeat(now_ns());
-    if (did) continue;
+    uint64_t now = now_ns();
+    int hb = membership_.heartbeat(now);
+    if (did) {
+      last_work = now;
+      continue;
+    }
+    if (now - last_work < spin_ns) {
+      cpu_relax();
+      continue;
+    }
     epoll_event evs[4];
     int n = epoll_wait(ep, evs, 4, hb);
+    last_work = now_ns();
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u32 == 1) {
         events.clear();
