@@ -20,10 +20,6 @@ std::vector<ConfigKey> config_keys(Config& c) {
        K::kString, &c.cluster.secret},
       {"cluster.node_name", "LTIER_NODE_NAME", "name shown in the address book (default host.pid)",
        K::kString, &c.cluster.node_name},
-      {"cluster.heartbeat_ms", "LTIER_HEARTBEAT_MS", "node heartbeat period to the manager",
-       K::kU32, &c.cluster.heartbeat_ms},
-      {"cluster.down_after_ms", "LTIER_DOWN_AFTER_MS",
-       "manager: a node silent this long is declared down", K::kU32, &c.cluster.down_after_ms},
       {"cluster.join_timeout_ms", "LTIER_JOIN_TIMEOUT_MS", "LT_join gives up after this", K::kU32,
        &c.cluster.join_timeout_ms},
       {"tcp.listen", "LTIER_TCP_LISTEN", "address:port the tcp transport binds (port 0: any)",
@@ -78,11 +74,11 @@ Status set_value(const ConfigKey& k, const std::string& v, std::string* error) {
     *static_cast<std::string*>(k.field) = v;
     return Status::ok();
   }
+  // Decimal digits only: no sign, no spaces, no octal or hex surprises.
+  bool bad = v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string::npos;
   errno = 0;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v.c_str(), &end, 0);
-  bool bad = v.empty() || end == nullptr || *end != '\0' || errno != 0 || v[0] == '-';
-  if (!bad && k.type == KeyType::kU32 && n > UINT32_MAX) bad = true;
+  unsigned long long n = bad ? 0 : std::strtoull(v.c_str(), nullptr, 10);
+  if (errno != 0 || (k.type == KeyType::kU32 && n > UINT32_MAX)) bad = true;
   if (bad) {
     if (error) *error = std::string(k.path) + ": expected an unsigned integer, got '" + v + "'";
     return Code::kInvalidArg;

@@ -17,8 +17,6 @@ struct ClusterConfig {
   std::string manager = "127.0.0.1:7700";  // host:port of ltier-manager
   std::string secret = "ltier-dev-secret";
   std::string node_name;            // default: hostname.pid
-  uint32_t heartbeat_ms = 200;      // node -> manager heartbeat period
-  uint32_t down_after_ms = 1500;    // manager: silence before a node is declared down
   uint32_t join_timeout_ms = 5000;  // LT_join gives up after this
 };
 

@@ -15,8 +15,14 @@ inline uint64_t now_ns() {
 class Deadline {
  public:
   static Deadline never() { return Deadline(UINT64_MAX); }
-  static Deadline after_us(uint64_t us) { return Deadline(now_ns() + us * 1000); }
-  static Deadline after_ms(uint64_t ms) { return after_us(ms * 1000); }
+  /// Saturates: a huge timeout is "never", not a wrapped past deadline.
+  static Deadline after_us(uint64_t us) {
+    if (us >= UINT64_MAX / 2000) return never();
+    return Deadline(now_ns() + us * 1000);
+  }
+  static Deadline after_ms(uint64_t ms) {
+    return ms >= UINT64_MAX / 2000000 ? never() : after_us(ms * 1000);
+  }
   explicit Deadline(uint64_t at_ns) : at_ns_(at_ns) {}
   bool expired() const { return at_ns_ != UINT64_MAX && now_ns() >= at_ns_; }
   uint64_t at_ns() const { return at_ns_; }

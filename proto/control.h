@@ -28,6 +28,9 @@ enum class CtlType : uint8_t {
 inline constexpr uint8_t kMaxCtlType = 11;
 inline constexpr uint32_t kMaxCtlFrame = 1u << 20;
 inline constexpr uint32_t kMaxMembers = 1024;
+/// Node ids are never reused within one manager's life; engines size their
+/// peer tables by this bound.
+inline constexpr uint32_t kMaxNodeId = 1024;
 
 struct Member {
   uint32_t node = 0;

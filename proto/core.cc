@@ -171,6 +171,12 @@ void Core::progress_loop() {
     int hb = membership_.heartbeat(now);
     if (did) {
       last_work = now;
+      // Under sustained load, still look at the manager socket each pass.
+      epoll_event ev[4];
+      int k = epoll_wait(ep, ev, 4, 0);
+      for (int i = 0; i < k; ++i) {
+        if (ev[i].data.u32 == 1) on_manager_readable(ep, &events);
+      }
       continue;
     }
     if (now - last_work < spin_ns) {
@@ -182,12 +188,7 @@ void Core::progress_loop() {
     last_work = now_ns();
     for (int i = 0; i < n; ++i) {
       if (evs[i].data.u32 == 1) {
-        events.clear();
-        Status s = membership_.on_readable(&events);
-        for (auto& e : events) {
-          if (!e.up) on_member_down(e.node);
-        }
-        if (!s.is_ok()) epoll_ctl(ep, EPOLL_CTL_DEL, membership_.fd(), nullptr);
+        on_manager_readable(ep, &events);
       } else if (evs[i].data.u32 == 2) {
         uint64_t v;
         ssize_t r = read(wake_fd_, &v, sizeof(v));
@@ -196,6 +197,15 @@ void Core::progress_loop() {
     }
   }
   close(ep);
+}
+
+void Core::on_manager_readable(int ep, std::vector<Membership::Event>* events) {
+  events->clear();
+  Status s = membership_.on_readable(events);
+  for (auto& e : *events) {
+    if (!e.up) on_member_down(e.node);
+  }
+  if (!s.is_ok()) epoll_ctl(ep, EPOLL_CTL_DEL, membership_.fd(), nullptr);
 }
 
 void Core::on_member_down(NodeId n) {
@@ -478,6 +488,13 @@ Status Core::send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_
 
 // ---------------------------------------------------------------- checks
 
+template <typename F>
+Status Core::with_lmr(uint64_t key, F&& f) {
+  std::shared_ptr<LocalLmr> l;
+  LT_RETURN_IF_ERROR(lmrs_.get(key, &l));
+  return f(l);
+}
+
 uint64_t Core::cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const {
   uint64_t in[2] = {key, rights};
   return siphash24(secret, in, sizeof(in));
@@ -540,7 +557,21 @@ Result<LmrHandle> Core::malloc(NodeId node, uint64_t size, uint32_t rights, Dead
     m->secret = {res.alloc.secret0, res.alloc.secret1};
   }
   m->cap = cap_for(m->secret, m->key, m->rights);
-  return handles_.insert(m);
+  auto h = handles_.insert(m);
+  if (!h) {
+    // No handle slot: give the memory back rather than leak it at the owner.
+    if (node == self()) {
+      (void)lmrs_.erase(m->key, nullptr);
+    } else {
+      ReqId id;
+      auto r = alloc_request(ReqKind::kPlain, node, &id);
+      FreeReq q{make_header(MsgOp::kFreeReq, id), LmrRef{m->key, m->cap, m->rights, 0}};
+      if (r && send_request(*r, id, node, &q, sizeof(q), nullptr, 0).is_ok()) {
+        (void)wait_or_cancel(id, d);
+      }
+    }
+  }
+  return h;
 }
 
 Status Core::free(LmrHandle h, Deadline d) {
@@ -660,7 +691,7 @@ Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t le
   if (len == 0) return done_request(Status::ok());
   if (m.owner == self()) {
     LmrRef ref{m.key, m.cap, m.rights, 0};
-    Status s = lmrs_.with(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+    Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightRead, off, len));
       std::memcpy(buf, l->mem + off, len);
       return Status::ok();
@@ -685,7 +716,7 @@ Result<ReqId> Core::write_async(LmrHandle h, uint64_t off, const void* buf, uint
   if (len == 0) return done_request(Status::ok());
   if (m.owner == self()) {
     LmrRef ref{m.key, m.cap, m.rights, 0};
-    Status s = lmrs_.with(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+    Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
       std::memcpy(l->mem + off, buf, len);
       return Status::ok();
@@ -707,7 +738,7 @@ Result<ReqId> Core::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint6
   if (len == 0) return done_request(Status::ok());
   if (m.owner == self()) {
     LmrRef ref{m.key, m.cap, m.rights, 0};
-    Status s = lmrs_.with(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+    Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
       std::memset(l->mem + off, value, len);
       return Status::ok();
@@ -726,9 +757,9 @@ Result<ReqId> Core::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint6
 Status Core::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
                         uint64_t len) {
   LmrRef dref{dst.key, dst.cap, dst.rights, 0}, sref{src.key, src.cap, src.rights, 0};
-  return lmrs_.with(dst.key, [&](std::shared_ptr<LocalLmr>& d) -> Status {
+  return with_lmr(dst.key, [&](std::shared_ptr<LocalLmr>& d) -> Status {
     LT_RETURN_IF_ERROR(check_ref(*d, dst.key, dref, kRightWrite, doff, len));
-    return lmrs_.with(src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
+    return with_lmr(src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*s, src.key, sref, kRightRead, soff, len));
       std::memmove(d->mem + doff, s->mem + soff, len);
       return Status::ok();
@@ -766,7 +797,7 @@ Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
         make_header(MsgOp::kWriteReq, id), LmrRef{d.key, d.cap, d.rights, 0}, dst_off, len, 0, 0};
     LmrRef sref{s.key, s.cap, s.rights, 0};
     bool sent = false;
-    Status st = lmrs_.with(s.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+    Status st = with_lmr(s.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*l, s.key, sref, kRightRead, src_off, len));
       sent = true;
       return send_request(*r, id, d.owner, &q, sizeof(q), l->mem + src_off, len);
@@ -813,7 +844,7 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
   switch (static_cast<MsgOp>(h.op)) {
     case MsgOp::kReadReq: {
       auto q = load<RangeReq>(b);
-      Status s = lmrs_.with(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      Status s = with_lmr(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
         LT_RETURN_IF_ERROR(check_ref(*l, q.lmr.key, q.lmr, kRightRead, q.offset, q.len));
         if (q.len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
         // The transport copies what the socket does not take, so the LMR is
@@ -829,7 +860,7 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
     case MsgOp::kMemsetReq: {
       auto q = load<RangeReq>(b);
       bool write = h.op == static_cast<uint8_t>(MsgOp::kWriteReq);
-      Status s = lmrs_.with(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      Status s = with_lmr(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
         if (write && b.size() - sizeof(RangeReq) != q.len) return Code::kMalformed;
         if (!write && q.value > 0xff) return Code::kMalformed;
         LT_RETURN_IF_ERROR(check_ref(*l, q.lmr.key, q.lmr, kRightWrite, q.offset, q.len));
@@ -845,9 +876,9 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
     }
     case MsgOp::kMemcpyReq: {
       auto q = load<MemcpyReq>(b);
-      Status s = lmrs_.with(q.dst.key, [&](std::shared_ptr<LocalLmr>& d) -> Status {
+      Status s = with_lmr(q.dst.key, [&](std::shared_ptr<LocalLmr>& d) -> Status {
         LT_RETURN_IF_ERROR(check_ref(*d, q.dst.key, q.dst, kRightWrite, q.dst_offset, q.len));
-        return lmrs_.with(q.src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
+        return with_lmr(q.src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
           LT_RETURN_IF_ERROR(check_ref(*s, q.src.key, q.src, kRightRead, q.src_offset, q.len));
           std::memmove(d->mem + q.dst_offset, s->mem + q.src_offset, q.len);
           return Status::ok();
@@ -885,7 +916,7 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
     }
     case MsgOp::kFreeReq: {
       auto q = load<FreeReq>(b);
-      Status s = lmrs_.with(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      Status s = with_lmr(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
         return check_ref(*l, q.lmr.key, q.lmr, kRightAdmin, 0, 0);
       });
       if (s.is_ok()) s = lmrs_.erase(q.lmr.key, nullptr);
@@ -975,7 +1006,7 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     const Mapping& d = *r->copy_dst;
     if (d.owner == self()) {
       LmrRef dref{d.key, d.cap, d.rights, 0};
-      s = lmrs_.with(d.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      s = with_lmr(d.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
         LT_RETURN_IF_ERROR(check_ref(*l, d.key, dref, kRightWrite, r->copy_dst_off, r->out_len));
         std::memcpy(l->mem + r->copy_dst_off, r->bounce.get(), r->out_len);
         return Status::ok();
@@ -989,9 +1020,12 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
                  r->out_len,
                  0,
                  0};
+      // Once pending, a timeout or peer-down sweep may release the request:
+      // keep the data in a local owner until the transport has taken it.
+      std::unique_ptr<std::byte[]> data = std::move(r->bounce);
+      uint64_t len = r->out_len;
       r->word.store(word(gen, kStPending), std::memory_order_release);
-      Status ss =
-          send(d.owner, &q, sizeof(q), r->bounce.get(), r->out_len, default_deadline(), true);
+      Status ss = send(d.owner, &q, sizeof(q), data.get(), len, default_deadline(), true);
       if (ss.is_ok()) return;
       uint64_t w = word(gen, kStPending);
       if (!r->word.compare_exchange_strong(w, word(gen, kStClaimed))) return;

@@ -124,10 +124,16 @@ class Core {
   Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
                     uint64_t len);
 
+  /// Runs f(shared_ptr<LocalLmr>&) on the LMR `key` names. The table lock is
+  /// not held while f runs; the shared_ptr keeps the memory alive even if
+  /// the LMR is freed meanwhile.
+  template <typename F>
+  Status with_lmr(uint64_t key, F&& f);
   Status check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const;
   uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const;
   void progress_loop();
   void on_member_down(NodeId n);
+  void on_manager_readable(int ep, std::vector<Membership::Event>* events);
 
   Config config_;
   qos::Scheduler sched_;
@@ -146,7 +152,7 @@ class Core {
   std::atomic<uint64_t> free_head_{0};  // [aba tag:32][index+1:32]
   std::unique_ptr<std::atomic<uint32_t>[]> free_next_;
 
-  static constexpr NodeId kMaxNodes = 1024;
+  static constexpr NodeId kMaxNodes = kMaxNodeId;
   struct PeerSlot {
     std::atomic<transport::Endpoint*> ep{nullptr};
     std::atomic<bool> down{false};

@@ -102,12 +102,13 @@ void Manager::handle(Client* c, const std::string& payload) {
       drop(c, "malformed join");
       return;
     }
-    if (!same_secret(opt_.secret, secret) || members_.size() >= kMaxMembers) {
+    if (!same_secret(opt_.secret, secret) || members_.size() >= kMaxMembers ||
+        next_node_ >= kMaxNodeId) {
       bool auth = !same_secret(opt_.secret, secret);
       std::string f = begin_ctl(CtlType::kJoinRefused);
       wire::Writer w(&f);
       w.u8(static_cast<uint8_t>(auth ? Code::kAuth : Code::kNoResource));
-      w.str(auth ? "wrong cluster secret" : "cluster is full");
+      w.str(auth ? "wrong cluster secret" : "cluster is full (node ids are not reused)");
       finish_ctl(&f);
       send(c, f);
       if (opt_.verbose) {

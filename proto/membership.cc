@@ -68,7 +68,8 @@ Status Membership::join(const ClusterConfig& c, const std::string& tenant,
                                             payload.size()));
   auto type = static_cast<CtlType>(r.u8());
   if (type == CtlType::kJoinRefused) {
-    auto code = static_cast<Code>(r.u8());
+    uint8_t raw = r.u8();
+    auto code = raw < kNumCodes ? static_cast<Code>(raw) : Code::kMalformed;
     std::string reason(r.str(256));
     LT_ERROR("join refused by ltier-manager at %s: %s", c.manager.c_str(), reason.c_str());
     fd_.reset();
@@ -132,7 +133,8 @@ Status Membership::on_readable(std::vector<Event>* events) {
       }
     } else if (type == CtlType::kNameReply) {
       uint64_t req = r.u64();
-      auto code = static_cast<Code>(r.u8());
+      uint8_t raw = r.u8();
+      auto code = raw < kNumCodes ? static_cast<Code>(raw) : Code::kMalformed;
       NodeId node = r.u32();
       auto it = pending_.find(req);
       if (r.ok() && it != pending_.end()) {

@@ -57,15 +57,6 @@ class SlotTable {
     return Status::ok();
   }
 
-  /// Runs f(T&) under the reader lock: the value cannot be erased meanwhile.
-  template <typename F>
-  Status with(uint64_t id, F&& f) {
-    std::shared_lock<std::shared_mutex> g(mu_);
-    Slot* s = const_cast<Slot*>(find(id));
-    if (s == nullptr) return Code::kBadHandle;
-    return f(s->v);
-  }
-
   Status erase(uint64_t id, T* out) {
     std::unique_lock<std::shared_mutex> g(mu_);
     Slot* s = const_cast<Slot*>(find(id));
@@ -75,14 +66,6 @@ class SlotTable {
     s->live = false;
     free_.push_back(static_cast<uint32_t>(id & (kMaxSlots - 1)));
     return Status::ok();
-  }
-
-  template <typename F>
-  void for_each(F&& f) {
-    std::shared_lock<std::shared_mutex> g(mu_);
-    for (uint32_t i = 0; i < used_; ++i) {
-      if (slots_[i].live) f(slots_[i].v);
-    }
   }
 
  private:

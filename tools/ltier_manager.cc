@@ -38,14 +38,23 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage();
       return argv[++i];
     };
+    auto num = [&]() -> uint32_t {
+      std::string v = val();
+      if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) {
+        fprintf(stderr, "ltier-manager: %s expects a number of milliseconds, got '%s'\n", a.c_str(),
+                v.c_str());
+        exit(2);
+      }
+      return static_cast<uint32_t>(std::stoul(v));
+    };
     if (a == "--listen") {
       o.listen = val();
     } else if (a == "--secret") {
       o.secret = val();
     } else if (a == "--heartbeat-ms") {
-      o.heartbeat_ms = static_cast<uint32_t>(std::stoul(val()));
+      o.heartbeat_ms = num();
     } else if (a == "--down-after-ms") {
-      o.down_after_ms = static_cast<uint32_t>(std::stoul(val()));
+      o.down_after_ms = num();
     } else if (a == "--port-file") {
       port_file = val();
     } else if (a == "-v" || a == "--verbose") {

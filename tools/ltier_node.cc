@@ -18,6 +18,7 @@
 //   memcpy DST DOFF SRC SOFF LEN -> ok
 //   address                     -> ok HOST:PORT   (this node's tcp transport)
 //   quit
+#include <pthread.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -54,7 +55,9 @@ std::string to_hex(const std::vector<unsigned char>& b) {
 }
 
 bool from_hex(const std::string& s, std::vector<unsigned char>* out) {
-  if (s.size() % 2) return false;
+  if (s.size() % 2 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+    return false;
+  }
   for (size_t i = 0; i < s.size(); i += 2) {
     out->push_back(static_cast<unsigned char>(std::stoul(s.substr(i, 2), nullptr, 16)));
   }
@@ -190,6 +193,13 @@ int main(int argc, char** argv) {
     }
   }
   std::signal(SIGPIPE, SIG_IGN);
+  // Block SIGTERM/SIGINT before LT_join starts threads, so --serve receives
+  // them in sigwait and leaves the cluster cleanly.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  if (serve) pthread_sigmask(SIG_BLOCK, &set, nullptr);
   lt_engine_t* e = nullptr;
   int rc = LT_join(&opts, &e);
   if (rc != 0) {
@@ -201,11 +211,6 @@ int main(int argc, char** argv) {
   printf("ready %u\n", LT_node_id(e));
   fflush(stdout);
   if (serve) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigprocmask(SIG_BLOCK, &set, nullptr);
     int sig;
     sigwait(&set, &sig);
   } else {

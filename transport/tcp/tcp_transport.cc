@@ -68,6 +68,7 @@ class Conn {
 
 Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
+  if (wrs.empty()) return size_t{0};
   wire::FrameHeader hdrs[kMaxPostBatch];
   iovec iov[kMaxPostBatch * (1 + kMaxSge)];
   int niov = 0;
@@ -288,6 +289,7 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
   std::string host;
   uint16_t port = 0;
   sockaddr_in addr{};
+  if (peer.tcp_address.empty()) return Code::kPeerDown;  // not in the address book (yet)
   if (!parse_host_port(peer.tcp_address, &host, &port).is_ok() ||
       !net::resolve(host, port, &addr).is_ok()) {
     LT_ERROR("tcp: node %u has a bad address '%s'", peer.node, peer.tcp_address.c_str());
@@ -369,17 +371,25 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
   epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd_.get(), nullptr);
   c->mark_dead();
   c->in_ready_ = false;
+  bool was_peers_conn = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = peers_.find(peer);
-    if (it != peers_.end() && it->second.get() == c) peers_.erase(it);
+    if (it != peers_.end() && it->second.get() == c) {
+      peers_.erase(it);
+      was_peers_conn = true;
+    } else if (it == peers_.end()) {
+      was_peers_conn = true;
+    }
     auto ci = conns_.find(c);
     if (ci != conns_.end()) {
       closed_.push_back(std::move(ci->second));
       conns_.erase(ci);
     }
   }
-  if (peer != kNoNode && c->hello_done_) {
+  // A redundant connection (both sides dialed at once) closing is not the
+  // peer going away: the registered connection still carries its traffic.
+  if (peer != kNoNode && c->hello_done_ && was_peers_conn) {
     Completion lost;
     lost.kind = CqKind::kPeerLost;
     lost.peer = peer;

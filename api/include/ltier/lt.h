@@ -1,8 +1,10 @@
 /* ltier C API: remote memory over a cluster of engines.
  *
  * Conventions: every function returns 0 on success or a negative LT_ERR_*
- * code (LT_strerror names it); out-parameters are last and set only on
- * success. All functions are thread-safe. Handles (lt_lmr_t, lt_req_t) are
+ * code (LT_strerror describes it, LT_errname names it); out-parameters are
+ * last and set only on success. All functions are thread-safe, with two
+ * exceptions: LT_leave must not race other calls on the same engine, and a
+ * request (lt_req_t) is waited on or tested by one thread at a time. Handles (lt_lmr_t, lt_req_t) are
  * opaque 64-bit values local to this process and unforgeable: a stale, forged
  * or foreign handle gives -LT_ERR_BAD_HANDLE and touches no memory. No remote
  * address or key is ever visible here.
@@ -122,7 +124,7 @@ int LT_wait(lt_engine_t* e, lt_req_t req, int64_t timeout_us);
  * returns the operation's status, freeing the request. */
 int LT_test(lt_engine_t* e, lt_req_t req, int* done);
 
-/* "LT_ERR_PEER_DOWN: peer node is down or unreachable"; accepts either sign. */
+/* "peer node is down or unreachable"; accepts either sign. */
 const char* LT_strerror(int err);
 /* "LT_ERR_PEER_DOWN" */
 const char* LT_errname(int err);
