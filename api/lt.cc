@@ -205,6 +205,26 @@ int LT_test(lt_engine_t* e, lt_req_t req, int* done) {
   return rc(s);
 }
 
+int LT_config_keys(const char* config_path, lt_config_key_fn fn, void* ctx) {
+  if (fn == nullptr) return -LT_ERR_INVAL;
+  lt::Config c;
+  std::string error, path;
+  if (config_path != nullptr) {
+    path = config_path;
+  } else if (const char* p = std::getenv("LTIER_CONFIG")) {
+    path = p;
+  }
+  lt::Status s = lt::load_config(path, &c, &error);
+  if (!s.is_ok()) {
+    LT_ERROR("config: %s", error.c_str());
+    return rc(s);
+  }
+  for (const auto& k : lt::config_keys(c)) {
+    fn(ctx, k.path, k.env, lt::config_value(k).c_str(), k.help);
+  }
+  return 0;
+}
+
 const char* LT_strerror(int err) {
   return lt::code_text(static_cast<lt::Code>(err < 0 ? -err : err));
 }

@@ -124,6 +124,14 @@ int LT_wait(lt_engine_t* e, lt_req_t req, int64_t timeout_us);
  * returns the operation's status, freeing the request. */
 int LT_test(lt_engine_t* e, lt_req_t req, int* done);
 
+/* Called by LT_config_keys once per configuration key. */
+typedef void (*lt_config_key_fn)(void* ctx, const char* key, const char* env, const char* value,
+                                 const char* help);
+/* Loads the configuration as LT_join would (defaults, then config_path or
+ * $LTIER_CONFIG when NULL, then LTIER_* variables) and reports every key with
+ * its effective value. -LT_ERR_INVAL for a broken file or value (logged). */
+int LT_config_keys(const char* config_path, lt_config_key_fn fn, void* ctx);
+
 /* "peer node is down or unreachable"; accepts either sign. */
 const char* LT_strerror(int err);
 /* "LT_ERR_PEER_DOWN" */
