@@ -178,9 +178,11 @@ Status parse_host_port(const std::string& s, std::string* host, uint16_t* port) 
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) return Code::kInvalidArg;
   std::string p = s.substr(colon + 1);
-  char* end = nullptr;
-  unsigned long n = std::strtoul(p.c_str(), &end, 10);
-  if (*end != '\0' || n > 65535) return Code::kInvalidArg;
+  if (p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) {
+    return Code::kInvalidArg;
+  }
+  unsigned long n = std::strtoul(p.c_str(), nullptr, 10);
+  if (n > 65535) return Code::kInvalidArg;
   *host = s.substr(0, colon);
   *port = static_cast<uint16_t>(n);
   return Status::ok();

@@ -19,6 +19,7 @@ constexpr size_t kInitialRx = 256 * 1024;
 constexpr size_t kMaxPostBatch = 16;
 constexpr int kMaxIov = 64;
 constexpr size_t kHdr = sizeof(wire::FrameHeader);
+constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
 }  // namespace
 
 // One socket to one peer. The send side is used by any thread; the receive
@@ -32,6 +33,7 @@ class Conn {
 
   Result<size_t> post(std::span<const WorkRequest> wrs);
   void on_writable();
+  uint64_t created_ns_ = now_ns();
   void mark_dead() {
     if (!dead_.exchange(true)) ::shutdown(fd_.get(), SHUT_RDWR);
   }
@@ -50,6 +52,7 @@ class Conn {
   size_t rx_begin_ = 0, rx_end_ = 0;
 
  private:
+  Result<size_t> post_frames(std::span<const WorkRequest> wrs);
   void drain();  // caller holds the sending role
   ssize_t send_iov(const iovec* iov, int n) {
     msghdr m{};
@@ -66,7 +69,7 @@ class Conn {
   size_t queued_ = 0;
 };
 
-Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
+Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
   if (wrs.empty()) return size_t{0};
   wire::FrameHeader hdrs[kMaxPostBatch];
@@ -75,8 +78,12 @@ Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
   size_t count = 0, total = 0;
   for (const WorkRequest& wr : wrs) {
     if (count == kMaxPostBatch) break;
-    if ((wr.op != Op::kSend && wr.op != Op::kWriteImm) || wr.num_sge > kMaxSge) {
+    if (wr.op != Op::kSend && wr.op != Op::kWriteImm) {
       if (count == 0) return Code::kUnsupported;
+      break;
+    }
+    if (wr.num_sge > kMaxSge) {
+      if (count == 0) return Code::kInvalidArg;
       break;
     }
     size_t len = 0;
@@ -144,6 +151,25 @@ Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
   return count;
 }
 
+Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
+  auto r = post_frames(wrs);
+  if (r.is_ok()) {
+    // Sends complete when posted (the transport owns any unsent bytes), so a
+    // signaled request is reported at once, through the next poll().
+    for (size_t i = 0; i < *r; ++i) {
+      if (wrs[i].flags & kWrSignaled) {
+        Completion c;
+        c.kind = CqKind::kSendDone;
+        c.wr_id = wrs[i].wr_id;
+        c.peer = peer_.load(std::memory_order_relaxed);
+        std::lock_guard<std::mutex> g(t_->done_mu_);
+        t_->send_done_.push_back(c);
+      }
+    }
+  }
+  return r;
+}
+
 void Conn::drain() {
   for (;;) {
     iovec iov[kMaxIov];
@@ -152,6 +178,7 @@ void Conn::drain() {
       std::lock_guard<std::mutex> g(mu_);
       if (outq_.empty() || dead_.load(std::memory_order_relaxed)) {
         sending_ = false;
+        retry_ = false;
         return;
       }
       size_t off = out_off_;
@@ -416,6 +443,14 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
         close_conn(c, out, n, "malformed frame header");
         return true;
       }
+      // Before the hello, accept nothing but a hello-sized hello: an
+      // unauthenticated peer must not make us buffer a large frame.
+      if (!c->hello_done_ && (h.kind != static_cast<uint8_t>(wire::FrameKind::kHello) ||
+                              h.length != sizeof(HelloBody))) {
+        malformed_.fetch_add(1, std::memory_order_relaxed);
+        close_conn(c, out, n, "bad or missing hello");
+        return true;
+      }
       need = kHdr + h.length;
       if (avail < need) break;
       auto body = bytes.subspan(kHdr, h.length);
@@ -482,9 +517,17 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
 size_t TcpTransport::poll(std::span<Completion> out) {
   size_t n = 0;
   while (!pending_.empty() && n < out.size()) {
-    out[n++] = pending_.back();
-    pending_.pop_back();
+    out[n++] = pending_.front();
+    pending_.pop_front();
   }
+  {
+    std::lock_guard<std::mutex> g(done_mu_);
+    while (!send_done_.empty() && n < out.size()) {
+      out[n++] = send_done_.front();
+      send_done_.pop_front();
+    }
+  }
+  sweep_unidentified();
   epoll_event evs[64];
   int k = epoll_wait(epfd_.get(), evs, 64, 0);
   for (int i = 0; i < k; ++i) {
@@ -507,6 +550,25 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   }
   ready_.resize(keep);
   return n;
+}
+
+void TcpTransport::sweep_unidentified() {
+  // A connection that has not said hello within the deadline is dropped, so
+  // idle or trickling strangers cannot hold sockets and buffers forever.
+  uint64_t now = now_ns();
+  if (now < next_sweep_ns_) return;
+  next_sweep_ns_ = now + 1000000000ull;
+  std::vector<Conn*> stale;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [p, c] : conns_) {
+      if (!c->hello_done_ && now - c->created_ns_ > kHelloTimeoutNs) stale.push_back(p);
+    }
+  }
+  for (Conn* c : stale) {
+    size_t none = 0;
+    close_conn(c, {}, &none, "no hello in time");
+  }
 }
 
 void TcpTransport::release_rx(std::span<const Completion>) {

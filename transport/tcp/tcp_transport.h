@@ -18,6 +18,7 @@
 
 #include "common/config.h"
 #include "common/net.h"
+#include "common/time.h"
 #include "transport/transport.h"
 
 namespace lt::transport::tcp {
@@ -76,7 +77,12 @@ class TcpTransport final : public Transport {
   std::vector<Conn*> ready_;                   // readable, not yet drained to EAGAIN
   std::vector<Conn*> pinned_;                  // rx buffers lent out until release_rx
   std::vector<std::shared_ptr<Conn>> closed_;  // kept alive until release_rx
-  std::vector<Completion> pending_;            // events found while `out` was full
+  std::deque<Completion> pending_;             // events found while `out` was full
+  uint64_t next_sweep_ns_ = 0;
+  void sweep_unidentified();
+
+  std::mutex done_mu_;  // signaled sends, reported by poll()
+  std::deque<Completion> send_done_;
 };
 
 }  // namespace lt::transport::tcp
