@@ -364,8 +364,8 @@ TEST(ParseHostPortTest, Bad) {
   }
 }
 
-// Disabled: parse_host_port reads the port with strtoul, which skips spaces
-// and takes a sign; "h:-18446744073709551615" even wraps to port 1.
+// parse_host_port once read the port with strtoul, which skips spaces and
+// takes a sign ("h:-18446744073709551615" wrapped to port 1).
 TEST(ParseHostPortTest, PortIsDecimalDigitsOnly) {
   for (const char* s : {"h:+80", "h: 80", "h:-0", "h:-18446744073709551615", "h:80 "}) {
     std::string host = "unchanged";
