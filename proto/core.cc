@@ -110,6 +110,7 @@ std::string Core::transport_address() const {
 
 Status Core::join() {
   if (joined_.load()) return Code::kInvalidArg;
+  LT_DEBUG("join: start");
   if (config_.transports.find("tcp") == std::string::npos) {
     LT_ERROR("transports '%s': only tcp is available in this build", config_.transports.c_str());
     return Code::kUnsupported;
@@ -119,8 +120,10 @@ Status Core::join() {
   transport_ = std::move(t.value());
   max_payload_ = transport_->caps().max_msg;
   Deadline d = Deadline::after_ms(config_.cluster.join_timeout_ms);
+  LT_DEBUG("join: transport up at %s", transport_->local_address().c_str());
   LT_RETURN_IF_ERROR(
       membership_.join(config_.cluster, config_.qos.tenant, transport_->local_address(), d));
+  LT_DEBUG("join: admitted as node %u", membership_.self());
   transport_->set_identity(membership_.self(), membership_.cluster_token());
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   running_.store(true);

@@ -82,14 +82,20 @@ Status Membership::join(const ClusterConfig& c, const std::string& tenant,
   r.u32();  // down_after_ms: informative
   uint32_t count = r.u32();
   if (!r.ok() || count > kMaxMembers || self_ == 0) return Code::kMalformed;
-  std::lock_guard<std::mutex> g(mu_);
-  for (uint32_t i = 0; i < count; ++i) {
-    Member m;
-    if (!get_member(r, &m)) return Code::kMalformed;
-    members_[m.node] = m;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (uint32_t i = 0; i < count; ++i) {
+      Member m;
+      if (!get_member(r, &m)) return Code::kMalformed;
+      members_[m.node] = m;
+    }
   }
   if (heartbeat_ms_ == 0) heartbeat_ms_ = 200;
   next_beat_ns_ = now_ns() + heartbeat_ms_ * 1000000ull;
+  // Pushes that arrived with the JoinOk (a node joining right after us) are
+  // already in our buffer; the socket will not signal them again.
+  std::vector<Event> early;
+  while (in_.next(&payload).is_ok()) handle_push(payload, &early);
   return Status::ok();
 }
 
@@ -105,6 +111,36 @@ void Membership::leave() {
   ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
+void Membership::handle_push(const std::string& payload, std::vector<Event>* events) {
+  wire::Reader r(std::span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()),
+                                            payload.size()));
+  auto type = static_cast<CtlType>(r.u8());
+  std::lock_guard<std::mutex> g(mu_);
+  if (type == CtlType::kMemberUp) {
+    Member m;
+    if (get_member(r, &m)) {
+      members_[m.node] = m;
+      events->push_back({true, m.node});
+    }
+  } else if (type == CtlType::kMemberDown) {
+    NodeId n = r.u32();
+    if (r.ok()) {
+      members_.erase(n);
+      events->push_back({false, n});
+    }
+  } else if (type == CtlType::kNameReply) {
+    uint64_t req = r.u64();
+    uint8_t raw = r.u8();
+    auto code = raw < kNumCodes ? static_cast<Code>(raw) : Code::kMalformed;
+    NodeId node = r.u32();
+    auto it = pending_.find(req);
+    if (r.ok() && it != pending_.end()) {
+      it->second = Pending{true, code, node};
+      cv_.notify_all();
+    }
+  }
+}
+
 Status Membership::on_readable(std::vector<Event>* events) {
   Status fs = in_.fill(fd_.get());
   std::string payload;
@@ -115,33 +151,7 @@ Status Membership::on_readable(std::vector<Event>* events) {
       fs = Code::kMalformed;
       break;
     }
-    wire::Reader r(std::span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()),
-                                              payload.size()));
-    auto type = static_cast<CtlType>(r.u8());
-    std::lock_guard<std::mutex> g(mu_);
-    if (type == CtlType::kMemberUp) {
-      Member m;
-      if (get_member(r, &m)) {
-        members_[m.node] = m;
-        events->push_back({true, m.node});
-      }
-    } else if (type == CtlType::kMemberDown) {
-      NodeId n = r.u32();
-      if (r.ok()) {
-        members_.erase(n);
-        events->push_back({false, n});
-      }
-    } else if (type == CtlType::kNameReply) {
-      uint64_t req = r.u64();
-      uint8_t raw = r.u8();
-      auto code = raw < kNumCodes ? static_cast<Code>(raw) : Code::kMalformed;
-      NodeId node = r.u32();
-      auto it = pending_.find(req);
-      if (r.ok() && it != pending_.end()) {
-        it->second = Pending{true, code, node};
-        cv_.notify_all();
-      }
-    }
+    handle_push(payload, events);
   }
   if (!fs.is_ok()) {
     std::lock_guard<std::mutex> g(mu_);

@@ -57,6 +57,7 @@ class Membership {
   Result<NodeId> lookup_name(const std::string& name, Deadline d);
 
  private:
+  void handle_push(const std::string& payload, std::vector<Event>* events);
   Result<NodeId> name_call(CtlType t, const std::string& name, Deadline d);
   Status send_frame(const std::string& f, Deadline d);
 

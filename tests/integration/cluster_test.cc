@@ -174,6 +174,34 @@ TEST_F(ThreeNodes, GarbageOnTcpPortLeavesNodeServing) {
   EXPECT_EQ(a->cmd("read " + h + " 0 3"), "ok c0ffee");
 }
 
+// Two nodes joining at once: the MemberUp for the second can arrive in the
+// same read as the first node's JoinOk. Each must still learn of the other.
+TEST(Join, NodesJoiningTogetherSeeEachOther) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  std::vector<std::string> env = {"LTIER_MANAGER=" + cluster.manager_address(),
+                                  "LTIER_SECRET=itest-secret", "LTIER_TCP_LISTEN=127.0.0.1:0"};
+  for (int round = 0; round < 8; ++round) {
+    Proc a({Cluster::bin("ltier-node")}, env), b({Cluster::bin("ltier-node")}, env);
+    std::string ra = a.read_line(15000), rb = b.read_line(15000);
+    ASSERT_EQ(ra.rfind("ready ", 0), 0u) << ra;
+    ASSERT_EQ(rb.rfind("ready ", 0), 0u) << rb;
+    std::string ida = ra.substr(6), idb = rb.substr(6);
+    auto lists = [](Proc& p, const std::string& id) {
+      // Membership is pushed asynchronously: allow it a moment to arrive,
+      // but a push stuck in a buffer never does.
+      for (int i = 0; i < 100; ++i) {
+        std::string n = p.cmd("nodes") + " ";
+        if (n.find(" " + id + " ") != std::string::npos) return true;
+        usleep(20000);
+      }
+      return false;
+    };
+    EXPECT_TRUE(lists(a, idb)) << "round " << round << ": node " << ida << " never saw " << idb;
+    EXPECT_TRUE(lists(b, ida)) << "round " << round << ": node " << idb << " never saw " << ida;
+  }
+}
+
 TEST(Join, WrongSecretIsRefusedClearly) {
   Cluster cluster;
   ASSERT_TRUE(cluster.ok());
