@@ -202,6 +202,22 @@ TEST(Join, NodesJoiningTogetherSeeEachOther) {
   }
 }
 
+// The examples, run as a user would against a live cluster, must succeed.
+TEST(Examples, RunAgainstLiveCluster) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_NE(cluster.add_node(), nullptr);
+  ASSERT_NE(cluster.add_node(), nullptr);
+  std::vector<std::string> env = {"LTIER_MANAGER=" + cluster.manager_address(),
+                                  "LTIER_SECRET=itest-secret", "LTIER_TCP_LISTEN=127.0.0.1:0"};
+  for (const char* ex : {"remote_memset", "quickstart", "tour"}) {
+    Proc p({std::string(LTIER_EXAMPLES_DIR) + "/" + ex}, env);
+    std::string out, line;
+    while ((line = p.read_line(60000)) != "EOF" && line != "TIMEOUT") out += line + "\n";
+    EXPECT_EQ(p.wait_exit(10000), 0) << ex << " printed:\n" << out;
+  }
+}
+
 TEST(Join, WrongSecretIsRefusedClearly) {
   Cluster cluster;
   ASSERT_TRUE(cluster.ok());
