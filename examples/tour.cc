@@ -106,9 +106,10 @@ int main() {
   bool ok = read_from_another_node(size, &seen, &reader);
   ok = ok && seen == checksum(data);
   failures += !ok;
-  printf("[1] node %u wrote 1 MiB into memory on node %u; node %u mapped 'tour.data' and read it: "
-         "%s\n",
-         me, a, reader, ok ? "identical" : "MISMATCH");
+  printf(
+      "[1] node %u wrote 1 MiB into memory on node %u; node %u mapped 'tour.data' and read it: "
+      "%s\n",
+      me, a, reader, ok ? "identical" : "MISMATCH");
 
   // 2. memcpy between LMRs on two different nodes.
   std::vector<unsigned char> back(size);

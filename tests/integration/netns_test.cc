@@ -36,11 +36,13 @@ class NetnsCluster : public ::testing::Test {
     for (int i = 1; ok && i <= 3; ++i) {
       std::string ns = ns_name(i), a = "lta" + tag_ + "_" + std::to_string(i),
                   b = "ltb" + tag_ + "_" + std::to_string(i);
-      ok = sh("ip netns add " + ns) == 0 && sh("ip link add " + a + " type veth peer name " + b) == 0 &&
+      ok = sh("ip netns add " + ns) == 0 &&
+           sh("ip link add " + a + " type veth peer name " + b) == 0 &&
            sh("ip link set " + b + " netns " + ns) == 0 &&
-           sh("ip link set " + a + " master " + bridge_) == 0 && sh("ip link set " + a + " up") == 0 &&
-           sh("ip netns exec " + ns + " ip addr add 10.213.0." + std::to_string(i) + "/24 dev " + b) ==
-               0 &&
+           sh("ip link set " + a + " master " + bridge_) == 0 &&
+           sh("ip link set " + a + " up") == 0 &&
+           sh("ip netns exec " + ns + " ip addr add 10.213.0." + std::to_string(i) + "/24 dev " +
+              b) == 0 &&
            sh("ip netns exec " + ns + " ip link set " + b + " up") == 0 &&
            sh("ip netns exec " + ns + " ip link set lo up") == 0;
     }
