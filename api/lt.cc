@@ -76,6 +76,7 @@ int LT_join(const lt_join_opts_t* opts, lt_engine_t** out) {
     if (opts->tenant) c.qos.tenant = opts->tenant;
     if (opts->listen) c.tcp.listen = opts->listen;
   }
+  LT_DEBUG("join: config loaded");
   auto* e = new (std::nothrow) lt_engine(c);
   if (e == nullptr) return -LT_ERR_NO_MEMORY;
   s = e->core.join();

@@ -61,8 +61,9 @@ enum class Core::ReqKind : uint8_t { kPlain, kRead, kAlloc, kMap, kCopyRead };
 
 struct Core::Request {
   uint32_t idx = 0;
-  std::atomic<uint64_t> word{0};  // [generation:32][state:8]
-  std::atomic<uint32_t> wake{0};  // futex word, bumped on completion
+  std::atomic<uint32_t> free_next{0};  // free stack link: index+1, 0 ends
+  std::atomic<uint64_t> word{0};       // [generation:32][state:8]
+  std::atomic<uint32_t> wake{0};       // futex word, bumped on completion
   std::atomic<uint32_t> sleepers{0};
   std::atomic<NodeId> peer{0};
   ReqKind kind = ReqKind::kPlain;
@@ -84,16 +85,9 @@ Core::Core(const Config& config)
       lmrs_(1u << 16),
       handles_(1u << 16),
       peers_(new PeerSlot[kMaxNodes]) {
-  uint32_t n = std::max<uint32_t>(16, config.engine.max_outstanding);
-  reqs_.reset(new Request[n]);
-  num_reqs_ = n;
-  free_next_.reset(new std::atomic<uint32_t>[n]);
-  for (uint32_t i = 0; i < n; ++i) {
-    reqs_[i].idx = i;
-    reqs_[i].word.store(word(1, kStFree), std::memory_order_relaxed);
-    free_next_[i].store(i + 1 < n ? i + 2 : 0, std::memory_order_relaxed);  // index+1; 0 ends
-  }
-  free_head_.store(1);
+  uint32_t n = std::max<uint32_t>(kReqChunk, config.engine.max_outstanding);
+  max_reqs_ = (n + kReqChunk - 1) / kReqChunk * kReqChunk;
+  chunks_.reset(new std::unique_ptr<Request[]>[max_reqs_ / kReqChunk]);
   cq_.resize(kCqBatch);
 }
 
@@ -141,8 +135,8 @@ void Core::leave() {
   ssize_t w = write(wake_fd_, &one, sizeof(one));
   (void)w;
   if (progress_thread_.joinable()) progress_thread_.join();
-  for (uint32_t i = 0; i < num_reqs_; ++i) {
-    Request* r = &reqs_[i];
+  for (uint32_t i = 0, n = num_reqs_.load(std::memory_order_acquire); i < n; ++i) {
+    Request* r = req_at(i);
     uint64_t w0 = r->word.load();
     if ((w0 & 0xff) == kStPending) {
       uint64_t claimed = (w0 & ~uint64_t{0xff}) | kStClaimed;
@@ -272,14 +266,20 @@ Result<Core::Request*> Core::alloc_request(ReqKind kind, NodeId peer, ReqId* id)
   for (;;) {
     uint32_t top = static_cast<uint32_t>(head);
     if (top == 0) {
-      sched_.retire();
-      return Code::kNoResource;
+      Status g = grow_requests();
+      if (!g.is_ok()) {
+        sched_.retire();
+        return g;
+      }
+      head = free_head_.load(std::memory_order_acquire);
+      continue;
     }
     idx = top - 1;
-    uint64_t next = ((head >> 32) + 1) << 32 | free_next_[idx].load(std::memory_order_relaxed);
+    uint64_t next =
+        ((head >> 32) + 1) << 32 | req_at(idx)->free_next.load(std::memory_order_relaxed);
     if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
   }
-  Request* r = &reqs_[idx];
+  Request* r = req_at(idx);
   uint32_t gen = static_cast<uint32_t>(r->word.load() >> 8);
   r->kind = kind;
   r->status = Code::kOk;
@@ -290,6 +290,38 @@ Result<Core::Request*> Core::alloc_request(ReqKind kind, NodeId peer, ReqId* id)
   r->word.store(word(gen, kStPending), std::memory_order_release);
   *id = (static_cast<uint64_t>(gen) << 32) | idx;
   return r;
+}
+
+Core::Request* Core::req_at(uint32_t idx) const {
+  return &chunks_[idx / kReqChunk][idx % kReqChunk];
+}
+
+Status Core::grow_requests() {
+  std::lock_guard<std::mutex> g(grow_mu_);
+  if (static_cast<uint32_t>(free_head_.load(std::memory_order_acquire)) != 0) {
+    return Status::ok();  // another thread grew (or freed) meanwhile
+  }
+  uint32_t base = num_reqs_.load(std::memory_order_relaxed);
+  if (base >= max_reqs_) return Code::kNoResource;
+  chunks_[base / kReqChunk].reset(new Request[kReqChunk]);
+  for (uint32_t i = 0; i < kReqChunk; ++i) {
+    Request* r = req_at(base + i);
+    r->idx = base + i;
+    r->word.store(word(1, kStFree), std::memory_order_relaxed);
+  }
+  num_reqs_.store(base + kReqChunk, std::memory_order_release);
+  // Link the chunk and push it whole onto the free stack.
+  for (uint32_t i = 0; i + 1 < kReqChunk; ++i) {
+    req_at(base + i)->free_next.store(base + i + 2, std::memory_order_relaxed);
+  }
+  uint64_t head = free_head_.load(std::memory_order_acquire);
+  for (;;) {
+    req_at(base + kReqChunk - 1)
+        ->free_next.store(static_cast<uint32_t>(head), std::memory_order_relaxed);
+    uint64_t next = ((head >> 32) + 1) << 32 | (base + 1);
+    if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
+  }
+  return Status::ok();
 }
 
 Result<ReqId> Core::done_request(Status s) {
@@ -321,7 +353,7 @@ void Core::release(Request* r) {
   r->word.store(word(gen, kStFree), std::memory_order_release);
   uint64_t head = free_head_.load(std::memory_order_acquire);
   for (;;) {
-    free_next_[idx].store(static_cast<uint32_t>(head), std::memory_order_relaxed);
+    r->free_next.store(static_cast<uint32_t>(head), std::memory_order_relaxed);
     uint64_t next = ((head >> 32) + 1) << 32 | (idx + 1);
     if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
   }
@@ -330,8 +362,8 @@ void Core::release(Request* r) {
 Core::Request* Core::lookup(ReqId id) {
   uint32_t idx = static_cast<uint32_t>(id);
   uint32_t gen = static_cast<uint32_t>(id >> 32);
-  if (idx >= num_reqs_) return nullptr;
-  Request* r = &reqs_[idx];
+  if (idx >= num_reqs_.load(std::memory_order_acquire)) return nullptr;
+  Request* r = req_at(idx);
   uint64_t w = r->word.load(std::memory_order_acquire);
   if (static_cast<uint32_t>(w >> 8) != gen || (w & 0xff) == kStFree || (w & 0xff) == kStCancelled) {
     return nullptr;
@@ -399,8 +431,8 @@ Status Core::wait_or_cancel(ReqId id, Deadline d, Results* res) {
 }
 
 void Core::fail_requests_to(NodeId peer, Code c) {
-  for (uint32_t i = 0; i < num_reqs_; ++i) {
-    Request* r = &reqs_[i];
+  for (uint32_t i = 0, n = num_reqs_.load(std::memory_order_acquire); i < n; ++i) {
+    Request* r = req_at(i);
     if (r->peer.load() != peer) continue;
     uint64_t w = r->word.load();
     if ((w & 0xff) != kStPending) continue;
@@ -966,11 +998,11 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
 void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   uint32_t idx = static_cast<uint32_t>(h.req_id);
   uint32_t gen = static_cast<uint32_t>(h.req_id >> 32);
-  if (idx >= num_reqs_) {
+  if (idx >= num_reqs_.load(std::memory_order_acquire)) {
     late_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  Request* r = &reqs_[idx];
+  Request* r = req_at(idx);
   uint64_t expect = word(gen, kStPending);
   if (r->peer.load() != from || !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
     late_.fetch_add(1, std::memory_order_relaxed);

@@ -147,10 +147,17 @@ class Core {
   std::mutex published_mu_;
   std::map<std::string, std::pair<LmrHandle, uint32_t>> published_;  // name -> handle, rights
 
-  std::unique_ptr<Request[]> reqs_;
-  uint32_t num_reqs_ = 0;
+  // Request slots come in chunks made on first need: a fresh engine touches
+  // (and page-faults) only what it uses. Chunks are never freed before the
+  // engine, so a Request* stays valid; lookups check idx < num_reqs_.
+  static constexpr uint32_t kReqChunk = 64;
+  Request* req_at(uint32_t idx) const;
+  Status grow_requests();
+  std::unique_ptr<std::unique_ptr<Request[]>[]> chunks_;
+  uint32_t max_reqs_ = 0;
+  std::atomic<uint32_t> num_reqs_{0};
+  std::mutex grow_mu_;
   std::atomic<uint64_t> free_head_{0};  // [aba tag:32][index+1:32]
-  std::unique_ptr<std::atomic<uint32_t>[]> free_next_;
 
   static constexpr NodeId kMaxNodes = kMaxNodeId;
   struct PeerSlot {

@@ -15,7 +15,7 @@
 namespace lt::transport::tcp {
 
 namespace {
-constexpr size_t kInitialRx = 256 * 1024;
+constexpr size_t kInitialRx = 64 * 1024;
 constexpr size_t kMaxPostBatch = 16;
 constexpr int kMaxIov = 64;
 constexpr size_t kHdr = sizeof(wire::FrameHeader);
@@ -48,7 +48,19 @@ class Conn {
   bool in_ready_ = false;
   bool pinned_ = false;
   bool closed_ = false;
-  std::vector<std::byte> rx_;
+  // Receive buffer: not zero-filled, so untouched capacity costs no page
+  // faults; grows to the largest frame seen.
+  std::unique_ptr<std::byte[]> rx_;
+  size_t rx_cap_ = 0;
+  void rx_reserve(size_t n) {
+    if (n <= rx_cap_) return;
+    std::unique_ptr<std::byte[]> b(new std::byte[n]);
+    if (rx_end_ > rx_begin_) std::memcpy(b.get(), rx_.get() + rx_begin_, rx_end_ - rx_begin_);
+    rx_end_ -= rx_begin_;
+    rx_begin_ = 0;
+    rx_ = std::move(b);
+    rx_cap_ = n;
+  }
   size_t rx_begin_ = 0, rx_end_ = 0;
 
  private:
@@ -336,7 +348,7 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
           HelloBody{self, 0, token_.load()}};
   LT_RETURN_IF_ERROR(net::write_all(fd->get(), &hello, sizeof(hello), d));
   auto conn = std::make_shared<Conn>(this, std::move(fd.value()), peer.node, true);
-  conn->rx_.resize(kInitialRx);
+  conn->rx_reserve(kInitialRx);
   std::lock_guard<std::mutex> g(mu_);
   auto it = peers_.find(peer.node);
   if (it != peers_.end() && !it->second->dead_.load()) {
@@ -363,7 +375,7 @@ void TcpTransport::accept_all() {
     net::set_nodelay(fd);
     net::set_bufsizes(fd, config_.sndbuf_bytes, config_.rcvbuf_bytes);
     auto conn = std::make_shared<Conn>(this, net::Fd(fd), kNoNode, false);
-    conn->rx_.resize(kInitialRx);
+    conn->rx_reserve(kInitialRx);
     std::lock_guard<std::mutex> g(mu_);
     if (!add_to_epoll(conn.get()).is_ok()) continue;
     conns_[conn.get()] = conn;
@@ -434,7 +446,7 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
     size_t need = kHdr;
     for (;;) {
       size_t avail = c->rx_end_ - c->rx_begin_;
-      auto bytes = std::span<const std::byte>(c->rx_.data() + c->rx_begin_, avail);
+      auto bytes = std::span<const std::byte>(c->rx_.get() + c->rx_begin_, avail);
       wire::FrameHeader h;
       Status s = wire::decode_frame_header(bytes, config_.max_msg_bytes, &h);
       if (s.code() == Code::kNoResource) break;
@@ -487,15 +499,15 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
     }
     // Make room for the rest of the current frame.
     if (c->rx_begin_ == c->rx_end_ && !c->pinned_) c->rx_begin_ = c->rx_end_ = 0;
-    if (c->rx_.size() - c->rx_begin_ < need || c->rx_end_ == c->rx_.size()) {
+    if (c->rx_cap_ - c->rx_begin_ < need || c->rx_end_ == c->rx_cap_) {
       if (c->pinned_) return false;  // buffers lent out; come back after release_rx
       size_t live = c->rx_end_ - c->rx_begin_;
-      std::memmove(c->rx_.data(), c->rx_.data() + c->rx_begin_, live);
+      std::memmove(c->rx_.get(), c->rx_.get() + c->rx_begin_, live);
       c->rx_begin_ = 0;
       c->rx_end_ = live;
-      if (c->rx_.size() < need) c->rx_.resize(need);
+      c->rx_reserve(need);
     }
-    ssize_t r = ::recv(c->fd_.get(), c->rx_.data() + c->rx_end_, c->rx_.size() - c->rx_end_, 0);
+    ssize_t r = ::recv(c->fd_.get(), c->rx_.get() + c->rx_end_, c->rx_cap_ - c->rx_end_, 0);
     if (r > 0) {
       c->rx_end_ += static_cast<size_t>(r);
       continue;
