@@ -42,6 +42,19 @@ inline int out_rc(const lt::Result<T>& r, U* out) {
   return 0;
 }
 
+// Defaults, then the file (explicit path, else $LTIER_CONFIG), then LTIER_*.
+lt::Status load_user_config(const char* explicit_path, lt::Config* c) {
+  std::string path, error;
+  if (explicit_path != nullptr) {
+    path = explicit_path;
+  } else if (const char* p = std::getenv("LTIER_CONFIG")) {
+    path = p;
+  }
+  lt::Status s = lt::load_config(path, c, &error);
+  if (!s.is_ok()) LT_ERROR("config: %s", error.c_str());
+  return s;
+}
+
 lt::Deadline deadline(lt_engine_t* e) { return e->core.default_deadline(); }
 
 template <typename F>
@@ -58,18 +71,8 @@ extern "C" {
 int LT_join(const lt_join_opts_t* opts, lt_engine_t** out) {
   if (out == nullptr) return -LT_ERR_INVAL;
   lt::Config c;
-  std::string error;
-  std::string path;
-  if (opts != nullptr && opts->config_path != nullptr) {
-    path = opts->config_path;
-  } else if (const char* p = std::getenv("LTIER_CONFIG")) {
-    path = p;
-  }
-  lt::Status s = lt::load_config(path, &c, &error);
-  if (!s.is_ok()) {
-    LT_ERROR("config: %s", error.c_str());
-    return rc(s);
-  }
+  lt::Status s = load_user_config(opts != nullptr ? opts->config_path : nullptr, &c);
+  if (!s.is_ok()) return rc(s);
   if (opts != nullptr) {
     if (opts->manager) c.cluster.manager = opts->manager;
     if (opts->secret) c.cluster.secret = opts->secret;
@@ -209,17 +212,8 @@ int LT_test(lt_engine_t* e, lt_req_t req, int* done) {
 int LT_config_keys(const char* config_path, lt_config_key_fn fn, void* ctx) {
   if (fn == nullptr) return -LT_ERR_INVAL;
   lt::Config c;
-  std::string error, path;
-  if (config_path != nullptr) {
-    path = config_path;
-  } else if (const char* p = std::getenv("LTIER_CONFIG")) {
-    path = p;
-  }
-  lt::Status s = lt::load_config(path, &c, &error);
-  if (!s.is_ok()) {
-    LT_ERROR("config: %s", error.c_str());
-    return rc(s);
-  }
+  lt::Status s = load_user_config(config_path, &c);
+  if (!s.is_ok()) return rc(s);
   for (const auto& k : lt::config_keys(c)) {
     fn(ctx, k.path, k.env, lt::config_value(k).c_str(), k.help);
   }

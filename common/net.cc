@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/config.h"
 #include "common/log.h"
 
 namespace lt::net {
@@ -92,6 +93,16 @@ Result<Fd> listen_tcp(const std::string& host, uint16_t port, sockaddr_in* bound
   getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
   if (bound) *bound = a;
   return fd;
+}
+
+Result<Fd> listen_on(const std::string& host_port, const char* what, sockaddr_in* bound) {
+  std::string host;
+  uint16_t port = 0;
+  if (!parse_host_port(host_port, &host, &port).is_ok()) {
+    LT_ERROR("%s '%s' is not host:port", what, host_port.c_str());
+    return Code::kInvalidArg;
+  }
+  return listen_tcp(host, port, bound);
 }
 
 Result<Fd> connect_tcp(const sockaddr_in& addr, Deadline d) {

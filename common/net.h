@@ -39,6 +39,8 @@ std::string to_string(const sockaddr_in& a);
 
 /// Non-blocking listening socket bound to host:port (port 0: any).
 Result<Fd> listen_tcp(const std::string& host, uint16_t port, sockaddr_in* bound);
+/// The same from "host:port"; `what` names the setting in the error log.
+Result<Fd> listen_on(const std::string& host_port, const char* what, sockaddr_in* bound);
 /// Connects with a deadline; the returned socket is non-blocking, TCP_NODELAY.
 /// kPeerDown when refused or unreachable, kTimedOut past the deadline.
 Result<Fd> connect_tcp(const sockaddr_in& addr, Deadline d);

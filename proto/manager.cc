@@ -27,14 +27,8 @@ Manager::Manager(ManagerOptions o) : opt_(std::move(o)) {}
 Manager::~Manager() = default;
 
 Status Manager::start() {
-  std::string host;
-  uint16_t port = 0;
-  if (!parse_host_port(opt_.listen, &host, &port).is_ok()) {
-    LT_ERROR("manager: listen address '%s' is not host:port", opt_.listen.c_str());
-    return Code::kInvalidArg;
-  }
   sockaddr_in bound{};
-  auto fd = net::listen_tcp(host, port, &bound);
+  auto fd = net::listen_on(opt_.listen, "manager: listen address", &bound);
   if (!fd) return fd.status();
   listen_fd_ = std::move(fd.value());
   address_ = net::to_string(bound);

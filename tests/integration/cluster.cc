@@ -81,6 +81,21 @@ void Proc::signal(int sig) {
   if (pid_ > 0 && !reaped_) kill(pid_, sig);
 }
 
+bool Proc::wait_stopped(int timeout_ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string path = "/proc/" + std::to_string(pid_) + "/stat";
+  while (std::chrono::steady_clock::now() < end) {
+    std::ifstream f(path);
+    std::string stat;
+    std::getline(f, stat);
+    // Field 3, after "pid (comm) ": 'T' is stopped.
+    auto rp = stat.rfind(')');
+    if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'T') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 int Proc::wait_exit(int timeout_ms) {
   if (reaped_) return -1;
   if (in_ >= 0) {

@@ -23,6 +23,9 @@ class Proc {
   /// Next stdout line, or "TIMEOUT"/"EOF".
   std::string read_line(int timeout_ms);
   void signal(int sig);
+  /// After SIGSTOP: waits until the kernel reports the process stopped
+  /// (kill() returns before that). false if it does not within the timeout.
+  bool wait_stopped(int timeout_ms);
   /// Waits for exit; returns the exit status, or -1 on timeout (then kills).
   int wait_exit(int timeout_ms);
   pid_t pid() const { return pid_; }

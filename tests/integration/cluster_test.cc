@@ -117,6 +117,7 @@ TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   ASSERT_FALSE(h.empty());
   ASSERT_EQ(a->cmd("read " + h + " 0 4"), "ok 00000000");
   b->signal(SIGKILL);
+  ASSERT_NE(b->wait_exit(5000), -1);  // kill() returns before the process is gone
   EXPECT_EQ(a->cmd("read " + h + " 0 4", 15000), "err LT_ERR_PEER_DOWN");
   EXPECT_EQ(a->cmd("malloc " + ids_[1] + " 64 rw", 15000), "err LT_ERR_PEER_DOWN");
   // The survivors still work with each other.
@@ -130,6 +131,7 @@ TEST_F(ThreeNodes, StoppedNodeIsDeclaredDownByHeartbeat) {
   std::string h = ok_value(a->cmd("malloc " + ids_[2] + " 64 rw"));
   ASSERT_FALSE(h.empty());
   c->signal(SIGSTOP);  // connections stay open; only heartbeats stop
+  ASSERT_TRUE(c->wait_stopped(5000));
   // The manager declares it down after down_after_ms, well before the 10 s
   // op timeout, so the read fails with PEER_DOWN rather than TIMEDOUT.
   EXPECT_EQ(a->cmd("read " + h + " 0 4", 15000), "err LT_ERR_PEER_DOWN");

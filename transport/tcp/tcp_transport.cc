@@ -275,14 +275,8 @@ TcpTransport::~TcpTransport() {
 }
 
 Status TcpTransport::init() {
-  std::string host;
-  uint16_t port = 0;
-  if (!parse_host_port(config_.listen, &host, &port).is_ok()) {
-    LT_ERROR("tcp.listen '%s' is not host:port", config_.listen.c_str());
-    return Code::kInvalidArg;
-  }
   sockaddr_in bound{};
-  auto fd = net::listen_tcp(host, port, &bound);
+  auto fd = net::listen_on(config_.listen, "tcp.listen", &bound);
   if (!fd) return fd.status();
   listen_fd_ = std::move(fd.value());
   epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
