@@ -220,6 +220,34 @@ TEST(Examples, RunAgainstLiveCluster) {
   }
 }
 
+// ltier-run starts a manager and N ranks of one program, and stops them.
+void run_ring(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {Cluster::bin("ltier-run"), "-n", "3", "--timeout", "60"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back("--");
+  argv.push_back(std::string(LTIER_EXAMPLES_DIR) + "/spmd_ring");
+  Proc p(argv, {});
+  std::string out, line;
+  int oks = 0;
+  while ((line = p.read_line(90000)) != "EOF" && line != "TIMEOUT") {
+    out += line + "\n";
+    if (line.find(": ok") != std::string::npos) ++oks;
+  }
+  EXPECT_EQ(p.wait_exit(10000), 0) << out;
+  EXPECT_EQ(oks, 3) << out;
+}
+
+TEST(Tools, LtierRunRing) { run_ring({}); }
+
+TEST(Tools, LtierRunRingInNamespaces) {
+  if (system("ip netns add ltier-run-probe >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "\n*** SKIPPED LOUDLY: ltier-run --netns: `ip netns add` refused ***\n\n");
+    GTEST_SKIP() << "ip netns add refused";
+  }
+  (void)system("ip netns del ltier-run-probe >/dev/null 2>&1");
+  run_ring({"--netns"});
+}
+
 TEST(Join, WrongSecretIsRefusedClearly) {
   Cluster cluster;
   ASSERT_TRUE(cluster.ok());
