@@ -2,6 +2,7 @@
 // state of its own beyond the engine object.
 #include "ltier/lt.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -62,6 +63,40 @@ int blocking(lt_engine_t* e, F&& submit) {
   auto r = submit();
   if (!r.is_ok()) return rc(r.status());
   return rc(e->core.wait_or_cancel(r.value(), deadline(e)));
+}
+
+// A blocking read/write/memcpy longer than one request carries runs as a
+// pipeline of chunks, kWindow in flight. Each chunk has the op timeout; on the
+// first error no more are sent, the rest are waited for (or cancelled), and
+// the first error is returned.
+template <typename Submit>
+int chunked(lt_engine_t* e, uint64_t len, Submit&& submit) {
+  constexpr uint64_t kChunk = 16ull << 20;
+  constexpr int kWindow = 4;
+  uint64_t chunk = std::min<uint64_t>(kChunk, e->core.max_op_bytes());
+  if (len <= chunk) return blocking(e, [&] { return submit(0, len); });
+  lt::proto::ReqId inflight[kWindow];
+  int head = 0, count = 0, first = 0;
+  uint64_t off = 0;
+  while (count > 0 || (first == 0 && off < len)) {
+    if (first == 0 && off < len && count < kWindow) {
+      uint64_t n = std::min(chunk, len - off);
+      auto r = submit(off, n);
+      if (!r.is_ok()) {
+        first = rc(r.status());
+      } else {
+        inflight[(head + count) % kWindow] = r.value();
+        ++count;
+        off += n;
+      }
+      continue;
+    }
+    int s = rc(e->core.wait_or_cancel(inflight[head], deadline(e)));
+    head = (head + 1) % kWindow;
+    --count;
+    if (s != 0 && first == 0) first = s;
+  }
+  return first;
 }
 
 }  // namespace
@@ -148,12 +183,18 @@ int LT_lmr_size(lt_engine_t* e, lt_lmr_t lmr, uint64_t* size) {
 
 int LT_read(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  return blocking(e, [&] { return e->core.read_async(lmr, offset, buf, len); });
+  if (int s = rc(e->core.check_access(lmr, LT_READ, offset, len))) return s;
+  return chunked(e, len, [&](uint64_t d, uint64_t n) {
+    return e->core.read_async(lmr, offset + d, static_cast<char*>(buf) + d, n);
+  });
 }
 
 int LT_write(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  return blocking(e, [&] { return e->core.write_async(lmr, offset, buf, len); });
+  if (int s = rc(e->core.check_access(lmr, LT_WRITE, offset, len))) return s;
+  return chunked(e, len, [&](uint64_t d, uint64_t n) {
+    return e->core.write_async(lmr, offset + d, static_cast<const char*>(buf) + d, n);
+  });
 }
 
 int LT_memset(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len) {
@@ -165,7 +206,11 @@ int LT_memset(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t
 int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src, uint64_t src_offset,
               uint64_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  return blocking(e, [&] { return e->core.memcpy_async(dst, dst_offset, src, src_offset, len); });
+  if (int s = rc(e->core.check_access(dst, LT_WRITE, dst_offset, len))) return s;
+  if (int s = rc(e->core.check_access(src, LT_READ, src_offset, len))) return s;
+  return chunked(e, len, [&](uint64_t d, uint64_t n) {
+    return e->core.memcpy_async(dst, dst_offset + d, src, src_offset + d, n);
+  });
 }
 
 int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,

@@ -547,6 +547,11 @@ Status Core::check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len,
   return Status::ok();
 }
 
+Status Core::check_access(LmrHandle h, uint32_t need, uint64_t off, uint64_t len) const {
+  Mapping m;
+  return check_range(h, need, off, len, &m);
+}
+
 Status Core::check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need,
                        uint64_t off, uint64_t len) const {
   if (ref.pad != 0 || ref.key != key) return Code::kMalformed;

@@ -80,6 +80,14 @@ class Core {
   /// Waits; on timeout cancels the request (a late reply is dropped).
   Status wait_or_cancel(ReqId id, Deadline d) { return wait_or_cancel(id, d, nullptr); }
 
+  /// The local checks of an access (handle, rights, bounds), without doing it:
+  /// a multi-request operation validates its whole range first.
+  Status check_access(LmrHandle h, uint32_t need, uint64_t off, uint64_t len) const;
+
+  /// Largest length one read/write/cross-node memcpy request carries
+  /// (bounded by tcp.max_msg_bytes). Blocking calls split longer ranges.
+  uint64_t max_op_bytes() const { return max_payload_ - sizeof(RangeReq); }
+
   /// One progress pass; true if it found work.
   bool progress();
   CoreStats stats() const;

@@ -72,6 +72,38 @@ TEST_F(ThreeNodes, MemsetAndMemcpyAcrossNodes) {
   EXPECT_EQ(a->cmd("read " + dst + " 5 2"), "ok ffee");
 }
 
+// With tiny frames every 1 MiB operation is split into many requests; the
+// result must be the same, and a range that ends out of bounds must be
+// refused before any chunk is written.
+TEST(SmallFrames, LongOperationsAreSplitAndExact) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  std::vector<std::string> env = {"LTIER_TCP_MAX_MSG_BYTES=65536"};
+  Proc* a = cluster.add_node(env);
+  Proc* b = cluster.add_node(env);
+  Proc* c = cluster.add_node(env);
+  ASSERT_TRUE(a && b && c);
+  std::string ib = id_of(b), ic = id_of(c);
+  const int n = 1048576 + 3;
+  std::string src = ok_value(a->cmd("malloc " + ib + " " + std::to_string(n) + " rw"));
+  std::string dst = ok_value(a->cmd("malloc " + ic + " " + std::to_string(n) + " rw"));
+  ASSERT_FALSE(src.empty());
+  ASSERT_FALSE(dst.empty());
+  EXPECT_EQ(a->cmd("fill " + src + " 0 " + std::to_string(n) + " 5"), "ok");
+  EXPECT_EQ(a->cmd("write " + src + " " + std::to_string(n - 3) + " 010203"), "ok");
+  EXPECT_EQ(a->cmd("sum " + src + " 0 " + std::to_string(n)),
+            "ok " + std::to_string((n - 3) * 5 + 6));
+  EXPECT_EQ(a->cmd("memcpy " + dst + " 0 " + src + " 0 " + std::to_string(n)), "ok");
+  EXPECT_EQ(a->cmd("sum " + dst + " 0 " + std::to_string(n)),
+            "ok " + std::to_string((n - 3) * 5 + 6));
+  EXPECT_EQ(a->cmd("read " + dst + " " + std::to_string(n - 3) + " 3"), "ok 010203");
+  // Ends one byte past the LMR: nothing may be written, not even the chunks
+  // that would have been in bounds.
+  EXPECT_EQ(a->cmd("fill " + dst + " 1 " + std::to_string(n) + " 9"), "err LT_ERR_OUT_OF_BOUNDS");
+  EXPECT_EQ(a->cmd("sum " + dst + " 0 " + std::to_string(n)),
+            "ok " + std::to_string((n - 3) * 5 + 6));
+}
+
 TEST_F(ThreeNodes, BadAccessIsRejectedAndTouchesNothing) {
   Proc *a = nodes_[0], *c = nodes_[2];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rw"));
