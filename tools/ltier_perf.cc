@@ -11,7 +11,9 @@
 //
 //   ltier-perf [--ops read,write] [--sizes 8,4096,65536,1048576] [--iters N]
 //              [--warmup N] [--bw] [--window W] [--join] [--join-tries N]
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,25 +69,64 @@ lt_join_opts_t opts_for(const std::string& manager, const std::string& secret) {
   return o;
 }
 
-// Server node: joins and serves until its parent closes the pipe.
-pid_t start_server(const std::string& manager, const std::string& secret) {
-  int p[2];
-  if (pipe(p) != 0) exit(1);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(p[1]);
-    lt_engine_t* e;
-    lt_join_opts_t o = opts_for(manager, secret);
-    int rc = LT_join(&o, &e);
-    if (rc != 0) die("server join", rc);
-    char c;
-    while (read(p[0], &c, 1) > 0) {
-    }
-    LT_leave(e);
-    _exit(0);
+// Child processes are this program started again (not forks: this process
+// already has threads). "--serve-node MANAGER SECRET" serves until its stdin
+// closes; "--join-trial MANAGER SECRET NODE" prints its join timings.
+int serve_node_main(const std::string& manager, const std::string& secret) {
+  lt_engine_t* e;
+  lt_join_opts_t o = opts_for(manager, secret);
+  int rc = LT_join(&o, &e);
+  if (rc != 0) die("server join", rc);
+  char c;
+  while (read(0, &c, 1) > 0) {
   }
+  LT_leave(e);
+  return 0;
+}
+
+int join_trial_main(const std::string& manager, const std::string& secret, lt_node_t server) {
+  auto t0 = Clock::now();
+  lt_engine_t* e;
+  lt_join_opts_t o = opts_for(manager, secret);
+  int rc = LT_join(&o, &e);
+  if (rc != 0) return 1;
+  auto t1 = Clock::now();
+  // The first operation on a peer: an LT_malloc there (one round trip,
+  // including the connection to that peer).
+  lt_lmr_t h;
+  rc = LT_malloc(e, server, 64, LT_RW, &h);
+  double first = us_since(t0), after = us_since(t1);
+  if (rc == 0) {
+    printf("%.3f %.3f\n", first, after);
+    LT_free(e, h);
+  }
+  LT_leave(e);
+  return rc == 0 ? 0 : 1;
+}
+
+std::string self_exe() { return "/proc/" + std::to_string(getpid()) + "/exe"; }
+
+// Starts the server node with a pipe on its stdin; closing our end (at exit
+// or explicitly) stops it.
+pid_t start_server(const std::string& manager, const std::string& secret, int* stop_fd) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) exit(1);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[0], 0);
+  std::string exe = self_exe();
+  std::vector<std::string> args = {exe, "--serve-node", manager, secret};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ) != 0) {
+    fprintf(stderr, "ltier-perf: cannot start the server node\n");
+    exit(1);
+  }
+  posix_spawn_file_actions_destroy(&fa);
   close(p[0]);
-  // p[1] stays open in this process: closing it (at exit) stops the server.
+  *stop_fd = p[1];
   return pid;
 }
 
@@ -105,36 +146,17 @@ lt_node_t wait_for_peer(lt_engine_t* e) {
 
 void run_join(const std::string& manager, const std::string& secret, lt_node_t server, int tries) {
   std::vector<double> first, after;
+  std::string cmd =
+      self_exe() + " --join-trial " + manager + " " + secret + " " + std::to_string(server);
   for (int t = 0; t < tries; ++t) {
-    int p[2];
-    if (pipe(p) != 0) return;
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(p[0]);
-      auto t0 = Clock::now();
-      lt_engine_t* e;
-      lt_join_opts_t o = opts_for(manager, secret);
-      int rc = LT_join(&o, &e);
-      if (rc != 0) _exit(1);
-      auto t1 = Clock::now();
-      // The first operation on a peer: an LT_malloc there (one round trip,
-      // including the connection to that peer).
-      lt_lmr_t h;
-      rc = LT_malloc(e, server, 64, LT_RW, &h);
-      double v[2] = {us_since(t0), us_since(t1)};
-      if (rc == 0 && write(p[1], v, sizeof(v)) != sizeof(v)) rc = 1;
-      if (rc == 0) LT_free(e, h);
-      LT_leave(e);
-      _exit(rc == 0 ? 0 : 1);
+    FILE* f = popen(cmd.c_str(), "r");
+    if (f == nullptr) break;
+    double a = 0, b = 0;
+    bool ok = fscanf(f, "%lf %lf", &a, &b) == 2;
+    if (pclose(f) == 0 && ok) {
+      first.push_back(a);
+      after.push_back(b);
     }
-    close(p[1]);
-    double v[2];
-    if (read(p[0], v, sizeof(v)) == sizeof(v)) {
-      first.push_back(v[0]);
-      after.push_back(v[1]);
-    }
-    close(p[0]);
-    waitpid(pid, nullptr, 0);
   }
   printf("join op=first_op p50_us=%.2f p90_us=%.2f\n", pct(first, 50), pct(first, 90));
   printf("join op=after_join p50_us=%.2f p90_us=%.2f\n", pct(after, 50), pct(after, 90));
@@ -143,6 +165,10 @@ void run_join(const std::string& manager, const std::string& secret, lt_node_t s
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--serve-node") return serve_node_main(argv[2], argv[3]);
+  if (argc == 5 && std::string(argv[1]) == "--join-trial") {
+    return join_trial_main(argv[2], argv[3], static_cast<lt_node_t>(std::stoul(argv[4])));
+  }
   std::vector<std::string> ops = {"read", "write"};
   std::vector<uint64_t> sizes = {8, 4096, 65536, 1048576};
   int iters = 10000, warmup = -1, window = 16, join_tries = 30;
@@ -190,7 +216,8 @@ int main(int argc, char** argv) {
   std::thread mt([&] { manager.run(stop); });
   std::string maddr = manager.address();
 
-  pid_t server = start_server(maddr, mo.secret);
+  int stop_server = -1;
+  pid_t server = start_server(maddr, mo.secret, &stop_server);
   lt_engine_t* e;
   lt_join_opts_t o = opts_for(maddr, mo.secret);
   if (int rc = LT_join(&o, &e); rc != 0) die("join", rc);
@@ -262,7 +289,7 @@ int main(int argc, char** argv) {
   if (join) run_join(maddr, mo.secret, peer, join_tries);
   LT_free(e, h);
   LT_leave(e);
-  kill(server, SIGTERM);
+  close(stop_server);
   waitpid(server, nullptr, 0);
   stop.store(true);
   mt.join();
