@@ -213,6 +213,37 @@ int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src, u
   });
 }
 
+int LT_fetch_add(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t add, uint64_t* old) {
+  if (e == nullptr || old == nullptr) return -LT_ERR_INVAL;
+  // The engine writes *old only on success: keep the caller's value otherwise.
+  uint64_t v = 0;
+  int s = blocking(e, [&] { return e->core.fetch_add_async(lmr, offset, add, &v); });
+  if (s == 0) *old = v;
+  return s;
+}
+
+int LT_compare_swap(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
+                    uint64_t desired, uint64_t* old) {
+  if (e == nullptr || old == nullptr) return -LT_ERR_INVAL;
+  uint64_t v = 0;
+  int s =
+      blocking(e, [&] { return e->core.compare_swap_async(lmr, offset, expected, desired, &v); });
+  if (s == 0) *old = v;
+  return s;
+}
+
+int LT_fetch_add_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t add, uint64_t* old,
+                       lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.fetch_add_async(lmr, offset, add, old), req);
+}
+
+int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
+                          uint64_t desired, uint64_t* old, lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.compare_swap_async(lmr, offset, expected, desired, old), req);
+}
+
 int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,
                   lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;

@@ -57,7 +57,7 @@ struct Core::LocalLmr {
   ~LocalLmr() { std::free(mem); }
 };
 
-enum class Core::ReqKind : uint8_t { kPlain, kRead, kAlloc, kMap, kCopyRead };
+enum class Core::ReqKind : uint8_t { kPlain, kRead, kAlloc, kMap, kCopyRead, kAtomic };
 
 struct Core::Request {
   uint32_t idx = 0;
@@ -875,6 +875,57 @@ Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
   return id;
 }
 
+// Applies an atomic to the word at `p` (8-byte aligned LMR memory). Every
+// node's atomics on a word go through here or through the local path below,
+// so they are atomic with respect to each other.
+static uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, uint64_t compare) {
+  std::atomic_ref<uint64_t> w(*reinterpret_cast<uint64_t*>(p));
+  if (kind == AtomicKind::kFetchAdd) return w.fetch_add(operand, std::memory_order_acq_rel);
+  uint64_t expected = compare;
+  w.compare_exchange_strong(expected, operand, std::memory_order_acq_rel);
+  return expected;  // the prior value, whether or not the swap happened
+}
+
+Result<ReqId> Core::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
+                                 uint64_t compare, uint64_t* old) {
+  if (old == nullptr) return Code::kInvalidArg;
+  Mapping m;
+  LT_RETURN_IF_ERROR(check_range(h, kRightAtomic, off, sizeof(uint64_t), &m));
+  if (off % sizeof(uint64_t) != 0) return Code::kAlign;
+  if (m.owner == self()) {
+    LmrRef ref{m.key, m.cap, m.rights, 0};
+    Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightAtomic, off, sizeof(uint64_t)));
+      *old = apply_atomic(l->mem + off, kind, operand, compare);
+      return Status::ok();
+    });
+    return done_request(s);
+  }
+  ReqId id;
+  auto r = alloc_request(ReqKind::kAtomic, m.owner, &id);
+  if (!r) return r.status();
+  (*r)->out = reinterpret_cast<std::byte*>(old);
+  (*r)->out_len = sizeof(uint64_t);
+  AtomicReq q{make_header(MsgOp::kAtomicReq, id),
+              LmrRef{m.key, m.cap, m.rights, 0},
+              off,
+              operand,
+              compare,
+              static_cast<uint32_t>(kind),
+              0};
+  LT_RETURN_IF_ERROR(send_request(*r, id, m.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+Result<ReqId> Core::fetch_add_async(LmrHandle h, uint64_t off, uint64_t add, uint64_t* old) {
+  return atomic_async(h, off, AtomicKind::kFetchAdd, add, 0, old);
+}
+
+Result<ReqId> Core::compare_swap_async(LmrHandle h, uint64_t off, uint64_t expected,
+                                       uint64_t desired, uint64_t* old) {
+  return atomic_async(h, off, AtomicKind::kCompareSwap, desired, expected, old);
+}
+
 // ---------------------------------------------------------------- serving
 
 void Core::reply_status(NodeId to, uint64_t req_id, Status s) {
@@ -966,6 +1017,28 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
       reply_status(from, h.req_id, s);
       return;
     }
+    case MsgOp::kAtomicReq: {
+      auto q = load<AtomicReq>(b);
+      uint64_t old = 0;
+      auto kind = static_cast<AtomicKind>(q.kind);
+      Status s = with_lmr(q.lmr.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+        if (q.pad != 0 || (kind != AtomicKind::kFetchAdd && kind != AtomicKind::kCompareSwap) ||
+            (kind == AtomicKind::kFetchAdd && q.compare != 0)) {
+          return Code::kMalformed;
+        }
+        LT_RETURN_IF_ERROR(check_ref(*l, q.lmr.key, q.lmr, kRightAtomic, q.offset, 8));
+        if (q.offset % 8 != 0) return Code::kAlign;
+        old = apply_atomic(l->mem + q.offset, kind, q.operand, q.compare);
+        return Status::ok();
+      });
+      if (!s.is_ok()) {
+        reply_status(from, h.req_id, s);
+        return;
+      }
+      AtomicReply rep{make_header(MsgOp::kAtomicReply, h.req_id), old};
+      (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
+      return;
+    }
     case MsgOp::kMapReq: {
       auto q = load<MapReq>(b);
       if (q.name_len == 0 || q.name_len > kMaxName || b.size() - sizeof(MapReq) != q.name_len) {
@@ -1037,6 +1110,14 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
           s = Code::kMalformed;
         } else {
           r->mapr = load<MapReply>(b);
+        }
+        break;
+      case ReqKind::kAtomic:
+        if (op != MsgOp::kAtomicReply) {
+          s = Code::kMalformed;
+        } else {
+          uint64_t old = load<AtomicReply>(b).old;
+          std::memcpy(r->out, &old, sizeof(old));
         }
         break;
       case ReqKind::kPlain:

@@ -72,6 +72,14 @@ class Core {
   Result<ReqId> memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
                              uint64_t len);
 
+  /// 64-bit atomics on an 8-byte aligned word of an LMR, atomic with respect
+  /// to each other from every node (not to plain writes of the same word).
+  /// *old receives the prior value when the request completes successfully.
+  /// kAlign (offset % 8), kPerm (no atomic right), kOutOfBounds.
+  Result<ReqId> fetch_add_async(LmrHandle h, uint64_t off, uint64_t add, uint64_t* old);
+  Result<ReqId> compare_swap_async(LmrHandle h, uint64_t off, uint64_t expected, uint64_t desired,
+                                   uint64_t* old);
+
   /// Waits for `id`; returns the operation's status and frees the request.
   /// kTimedOut leaves the request in flight (wait again, or cancel()).
   Status wait(ReqId id, Deadline d);
@@ -129,6 +137,8 @@ class Core {
   void reply_status(NodeId to, uint64_t req_id, Status s);
   Status check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need, uint64_t off,
                    uint64_t len) const;
+  Result<ReqId> atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
+                             uint64_t compare, uint64_t* old);
   Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
                     uint64_t len);
 

@@ -35,6 +35,12 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kAllocReply:
       *s = {sizeof(AllocReply), false};
       return true;
+    case MsgOp::kAtomicReq:
+      *s = {sizeof(AtomicReq), false};
+      return true;
+    case MsgOp::kAtomicReply:
+      *s = {sizeof(AtomicReply), false};
+      return true;
     case MsgOp::kMapReply:
       *s = {sizeof(MapReply), false};
       return true;

@@ -21,9 +21,11 @@ enum class MsgOp : uint8_t {
   kAllocReq = 5,
   kFreeReq = 6,
   kMapReq = 7,
+  kAtomicReq = 8,
   kReply = 64,  // generic reply: MsgHeader (+ read data)
   kAllocReply = 65,
   kMapReply = 66,
+  kAtomicReply = 67,
 };
 
 /// LMR rights, as in lt.h.
@@ -106,6 +108,25 @@ struct MapReply {
   LmrRef lmr;
 };
 static_assert(sizeof(MapReply) == 56);
+
+enum class AtomicKind : uint32_t { kFetchAdd = 1, kCompareSwap = 2 };
+
+struct AtomicReq {
+  MsgHeader h;
+  LmrRef lmr;
+  uint64_t offset;   // 8-byte aligned
+  uint64_t operand;  // fetch-add: the addend; compare-swap: the new value
+  uint64_t compare;  // compare-swap: the expected value; else zero
+  uint32_t kind;     // AtomicKind
+  uint32_t pad;      // zero
+};
+static_assert(sizeof(AtomicReq) == 72);
+
+struct AtomicReply {
+  MsgHeader h;
+  uint64_t old;  // the word's value before the operation
+};
+static_assert(sizeof(AtomicReply) == 24);
 
 /// Checks version and opcode of the message in `b` and that it is at least
 /// as long as its fixed part (exactly, for ops without a tail). kMalformed

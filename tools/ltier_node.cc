@@ -17,10 +17,15 @@
 //   memset H OFF BYTE LEN       -> ok
 //   memcpy DST DOFF SRC SOFF LEN -> ok
 //   address                     -> ok HOST:PORT   (this node's tcp transport)
+//   fadd H OFF ADD              -> ok OLD         (LT_fetch_add)
+//   cas H OFF EXPECTED NEW      -> ok OLD         (LT_compare_swap)
+//   fadd_loop H OFF N THREADS   -> ok             (THREADS threads, N fetch_add(1) each)
+//   (RIGHTS letters: r read, w write, a atomic)
 //   quit
 #include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +33,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ltier/lt.h"
@@ -147,6 +153,35 @@ std::string run(lt_engine_t* e, const std::string& line) {
       uint64_t sum = 0;
       for (unsigned char c : b) sum += c;
       return "ok " + std::to_string(sum);
+    }
+    if (cmd == "fadd" || cmd == "cas") {
+      lt_lmr_t h = u64();
+      uint64_t off = u64(), a = u64(), old = 0;
+      int rc = cmd == "fadd" ? LT_fetch_add(e, h, off, a, &old)
+                             : LT_compare_swap(e, h, off, a, u64(), &old);
+      return rc ? err(rc) : "ok " + std::to_string(old);
+    }
+    if (cmd == "fadd_loop") {
+      lt_lmr_t h = u64();
+      uint64_t off = u64(), n = u64(), threads = u64();
+      if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
+      std::atomic<int> first_error{0};
+      std::vector<std::thread> ts;
+      for (uint64_t t = 0; t < threads; ++t) {
+        ts.emplace_back([&] {
+          for (uint64_t i = 0; i < n; ++i) {
+            uint64_t old;
+            int rc = LT_fetch_add(e, h, off, 1, &old);
+            if (rc != 0) {
+              int zero = 0;
+              first_error.compare_exchange_strong(zero, rc);
+              return;
+            }
+          }
+        });
+      }
+      for (auto& t : ts) t.join();
+      return first_error ? err(first_error) : "ok";
     }
     if (cmd == "memset") {
       lt_lmr_t h = u64();

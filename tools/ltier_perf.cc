@@ -9,7 +9,9 @@
 //        start to its first completed operation on a peer, an LT_malloc)
 //   join op=after_join p50_us=X p90_us=Y                (LT_join return to it)
 //
-//   ltier-perf [--ops read,write] [--sizes 8,4096,65536,1048576] [--iters N]
+//   lat op=fetch_add size=8 iters=N p50_us=X p99_us=Y  (LT_fetch_add round trip)
+//
+//   ltier-perf [--ops read,write,fetch_add] [--sizes 8,4096,65536,1048576] [--iters N]
 //              [--warmup N] [--bw] [--window W] [--join] [--join-tries N]
 #include <fcntl.h>
 #include <signal.h>
@@ -201,7 +203,7 @@ int main(int argc, char** argv) {
       join = true;
     } else {
       fprintf(stderr,
-              "usage: ltier-perf [--ops read,write] [--sizes 8,4096,...] [--iters N] "
+              "usage: ltier-perf [--ops read,write,fetch_add] [--sizes 8,4096,...] [--iters N] "
               "[--warmup N] [--bw] [--window W] [--join] [--join-tries N]\n");
       return 2;
     }
@@ -225,12 +227,27 @@ int main(int argc, char** argv) {
   uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
   uint64_t region = max_size * static_cast<uint64_t>(std::max(window, 1));
   lt_lmr_t h;
-  if (int rc = LT_malloc(e, peer, region, LT_RW, &h); rc != 0) die("malloc", rc);
+  if (int rc = LT_malloc(e, peer, region, LT_RW | LT_ATOMIC, &h); rc != 0) die("malloc", rc);
   std::vector<char> buf(region, 'x');
 
   for (const auto& op : ops) {
+    if (op == "fetch_add") {
+      // One LT_fetch_add round trip on a word of the server's LMR.
+      std::vector<double> lat;
+      int w = warmup >= 0 ? warmup : iters / 10 + 1;
+      for (int i = 0; i < w + iters; ++i) {
+        uint64_t old;
+        auto t0 = Clock::now();
+        if (int rc = LT_fetch_add(e, h, 0, 1, &old); rc != 0) die("fetch_add", rc);
+        if (i >= w) lat.push_back(us_since(t0));
+      }
+      printf("lat op=fetch_add size=8 iters=%d p50_us=%.2f p99_us=%.2f\n", iters, pct(lat, 50),
+             pct(lat, 99));
+      fflush(stdout);
+      continue;
+    }
     if (op != "read" && op != "write") {
-      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write)\n", op.c_str());
+      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write, fetch_add)\n", op.c_str());
       continue;
     }
     bool is_read = op == "read";

@@ -71,9 +71,13 @@ std::string Proc::read_line(int timeout_ms) {
   }
 }
 
-std::string Proc::cmd(const std::string& line, int timeout_ms) {
+bool Proc::send(const std::string& line) {
   std::string l = line + "\n";
-  if (write(in_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return "EOF";
+  return write(in_, l.data(), l.size()) == static_cast<ssize_t>(l.size());
+}
+
+std::string Proc::cmd(const std::string& line, int timeout_ms) {
+  if (!send(line)) return "EOF";
   return read_line(timeout_ms);
 }
 

@@ -20,6 +20,8 @@ class Proc {
   ~Proc();
   /// Sends one command line and returns the reply line, or "TIMEOUT"/"EOF".
   std::string cmd(const std::string& line, int timeout_ms = 20000);
+  /// Sends one command line without waiting for its reply (read_line gets it).
+  bool send(const std::string& line);
   /// Next stdout line, or "TIMEOUT"/"EOF".
   std::string read_line(int timeout_ms);
   void signal(int sig);

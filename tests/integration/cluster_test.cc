@@ -143,6 +143,52 @@ TEST_F(ThreeNodes, BadAccessIsRejectedAndTouchesNothing) {
   EXPECT_EQ(c->cmd("map itest.guard r"), "err LT_ERR_NOT_FOUND");
 }
 
+// 3 nodes x 4 threads of fetch_add on one word give the exact sum: the owner
+// node's own threads take the local path, the others go over tcp.
+TEST_F(ThreeNodes, FetchAddFromEveryNodeAndThreadIsExact) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rwa"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("publish " + h + " atomic.word rwa"), "ok");
+  std::string hb = ok_value(b->cmd("map atomic.word rwa"));
+  std::string hc = ok_value(c->cmd("map atomic.word a"));
+  ASSERT_FALSE(hb.empty());
+  ASSERT_FALSE(hc.empty());
+  const int kPerThread = 400;
+  ASSERT_TRUE(a->send("fadd_loop " + h + " 8 " + std::to_string(kPerThread) + " 4"));
+  ASSERT_TRUE(b->send("fadd_loop " + hb + " 8 " + std::to_string(kPerThread) + " 4"));
+  ASSERT_TRUE(c->send("fadd_loop " + hc + " 8 " + std::to_string(kPerThread) + " 4"));
+  for (Proc* p : {a, b, c}) EXPECT_EQ(p->read_line(60000), "ok");
+  EXPECT_EQ(a->cmd("fadd " + h + " 8 0"), "ok " + std::to_string(3 * 4 * kPerThread));
+  // The neighbouring words were not touched.
+  EXPECT_EQ(a->cmd("read " + h + " 0 8"), "ok 0000000000000000");
+  EXPECT_EQ(a->cmd("read " + h + " 16 8"), "ok 0000000000000000");
+}
+
+TEST_F(ThreeNodes, CompareSwapAndAtomicErrors) {
+  Proc *a = nodes_[0], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rwa"));
+  ASSERT_FALSE(h.empty());
+  EXPECT_EQ(a->cmd("cas " + h + " 0 0 7"), "ok 0");  // swapped: 0 -> 7
+  EXPECT_EQ(a->cmd("cas " + h + " 0 0 9"), "ok 7");  // not swapped: still 7
+  EXPECT_EQ(a->cmd("cas " + h + " 0 7 9"), "ok 7");  // swapped: 7 -> 9
+  EXPECT_EQ(a->cmd("fadd " + h + " 0 1"), "ok 9");
+  EXPECT_EQ(a->cmd("fadd " + h + " 0 18446744073709551615"), "ok 10");  // wraps: adds -1
+  EXPECT_EQ(a->cmd("fadd " + h + " 0 0"), "ok 9");
+  EXPECT_EQ(a->cmd("fadd " + h + " 4 1"), "err LT_ERR_ALIGN");
+  EXPECT_EQ(a->cmd("fadd " + h + " 64 1"), "err LT_ERR_OUT_OF_BOUNDS");
+  EXPECT_EQ(a->cmd("cas " + h + " 60 0 1"), "err LT_ERR_OUT_OF_BOUNDS");
+  // A handle without the atomic right, and an LMR created without it.
+  ASSERT_EQ(a->cmd("publish " + h + " atomic.rw rw"), "ok");
+  std::string rw = ok_value(c->cmd("map atomic.rw rw"));
+  ASSERT_FALSE(rw.empty());
+  EXPECT_EQ(c->cmd("fadd " + rw + " 0 1"), "err LT_ERR_PERM");
+  EXPECT_EQ(c->cmd("map atomic.rw rwa"), "err LT_ERR_PERM");
+  std::string plain = ok_value(a->cmd("malloc " + ids_[2] + " 64 rw"));
+  EXPECT_EQ(a->cmd("fadd " + plain + " 0 1"), "err LT_ERR_PERM");
+  EXPECT_EQ(a->cmd("fadd " + h + " 0 0"), "ok 9");  // nothing changed
+}
+
 TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));

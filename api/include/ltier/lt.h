@@ -104,6 +104,20 @@ int LT_memset(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t
 int LT_memcpy(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src, uint64_t src_offset,
               uint64_t len);
 
+/* 64-bit atomics on an 8-byte aligned word of an LMR (offset % 8 == 0, else
+ * -LT_ERR_ALIGN), for handles with LT_ATOMIC (else -LT_ERR_PERM). They are
+ * atomic with respect to each other from every node and thread; a plain
+ * LT_write of the same word is not ordered with them. *old receives the
+ * word's prior value (for compare-swap: the swap happened iff *old == expected). */
+int LT_fetch_add(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t add, uint64_t* old);
+int LT_compare_swap(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
+                    uint64_t desired, uint64_t* old);
+/* Async: *old is written when the request completes successfully. */
+int LT_fetch_add_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t add, uint64_t* old,
+                       lt_req_t* req);
+int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
+                          uint64_t desired, uint64_t* old, lt_req_t* req);
+
 /* Async forms: argument errors return at once; otherwise *req completes later
  * (LT_wait / LT_test). buf must stay valid until the request completes. */
 int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,

@@ -54,7 +54,13 @@ class [[nodiscard]] Result {
   T value_{};
 };
 
-enum Rights : uint32_t { kRead = LT_READ, kWrite = LT_WRITE, kAtomic = LT_ATOMIC, kRW = LT_RW };
+enum Rights : uint32_t {
+  kRead = LT_READ,
+  kWrite = LT_WRITE,
+  kAtomic = LT_ATOMIC,
+  kRW = LT_RW,
+  kAll = LT_READ | LT_WRITE | LT_ATOMIC
+};
 
 /// A handle on a local or remote memory region; copyable, process-local.
 struct Lmr {
@@ -152,6 +158,18 @@ class Engine {
   }
   Status memcpy(Lmr dst, uint64_t dst_off, Lmr src, uint64_t src_off, uint64_t len) {
     return Status(LT_memcpy(e_, dst.handle, dst_off, src.handle, src_off, len));
+  }
+
+  /// 64-bit atomics on an 8-byte aligned word; the prior value on success.
+  Result<uint64_t> fetch_add(Lmr l, uint64_t off, uint64_t add) {
+    uint64_t old = 0;
+    int rc = LT_fetch_add(e_, l.handle, off, add, &old);
+    return rc ? Result<uint64_t>(Status(rc)) : Result<uint64_t>(old);
+  }
+  Result<uint64_t> compare_swap(Lmr l, uint64_t off, uint64_t expected, uint64_t desired) {
+    uint64_t old = 0;
+    int rc = LT_compare_swap(e_, l.handle, off, expected, desired, &old);
+    return rc ? Result<uint64_t>(Status(rc)) : Result<uint64_t>(old);
   }
 
   Result<Request> read_async(Lmr l, uint64_t off, void* buf, uint64_t len) {

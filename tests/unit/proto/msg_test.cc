@@ -17,11 +17,18 @@ struct Shape {
 
 // Independent of msg.cc's table: each op's fixed size and whether it carries a tail.
 const Shape kShapes[] = {
-    {MsgOp::kReadReq, sizeof(RangeReq), false},      {MsgOp::kWriteReq, sizeof(RangeReq), true},
-    {MsgOp::kMemsetReq, sizeof(RangeReq), false},    {MsgOp::kMemcpyReq, sizeof(MemcpyReq), false},
-    {MsgOp::kAllocReq, sizeof(AllocReq), false},     {MsgOp::kFreeReq, sizeof(FreeReq), false},
-    {MsgOp::kMapReq, sizeof(MapReq), true},          {MsgOp::kReply, sizeof(MsgHeader), true},
-    {MsgOp::kAllocReply, sizeof(AllocReply), false}, {MsgOp::kMapReply, sizeof(MapReply), false},
+    {MsgOp::kReadReq, sizeof(RangeReq), false},
+    {MsgOp::kWriteReq, sizeof(RangeReq), true},
+    {MsgOp::kMemsetReq, sizeof(RangeReq), false},
+    {MsgOp::kMemcpyReq, sizeof(MemcpyReq), false},
+    {MsgOp::kAllocReq, sizeof(AllocReq), false},
+    {MsgOp::kFreeReq, sizeof(FreeReq), false},
+    {MsgOp::kMapReq, sizeof(MapReq), true},
+    {MsgOp::kReply, sizeof(MsgHeader), true},
+    {MsgOp::kAllocReply, sizeof(AllocReply), false},
+    {MsgOp::kMapReply, sizeof(MapReply), false},
+    {MsgOp::kAtomicReq, sizeof(AtomicReq), false},
+    {MsgOp::kAtomicReply, sizeof(AtomicReply), false},
 };
 
 bool is_reply(MsgOp op) { return static_cast<uint8_t>(op) >= static_cast<uint8_t>(MsgOp::kReply); }
