@@ -244,6 +244,22 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
   return out_rc(e->core.compare_swap_async(lmr, offset, expected, desired, old), req);
 }
 
+int LT_lock(lt_engine_t* e, const char* name, int64_t timeout_us) {
+  if (e == nullptr || name == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.lock(name, timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us)));
+}
+
+int LT_unlock(lt_engine_t* e, const char* name) {
+  if (e == nullptr || name == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.unlock(name, deadline(e)));
+}
+
+int LT_barrier(lt_engine_t* e, const char* name, uint32_t count, int64_t timeout_us) {
+  if (e == nullptr || name == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.barrier(name, count,
+                            timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us)));
+}
+
 int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,
                   lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;

@@ -24,8 +24,11 @@ enum class CtlType : uint8_t {
   kNameLookup = 9,    // u64 req, str name
   kNameUnregister = 10,  // u64 req, str name
   kNameReply = 11,       // u64 req, u8 code, u32 node
+  kLockAcquire = 12,     // u64 req, str name, u64 owner (answered when granted)
+  kLockRelease = 13,     // u64 req, str name, u64 owner (also withdraws a waiting acquire)
+  kBarrier = 14,         // u64 req, str name, u32 count (answered when count have arrived)
 };
-inline constexpr uint8_t kMaxCtlType = 11;
+inline constexpr uint8_t kMaxCtlType = 14;
 inline constexpr uint32_t kMaxCtlFrame = 1u << 20;
 inline constexpr uint32_t kMaxMembers = 1024;
 /// Node ids are never reused within one manager's life; engines size their

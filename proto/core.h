@@ -80,6 +80,18 @@ class Core {
   Result<ReqId> compare_swap_async(LmrHandle h, uint64_t off, uint64_t expected, uint64_t desired,
                                    uint64_t* old);
 
+  /// Named locks held by the calling thread, granted in FIFO order by
+  /// ltier-manager (fair). kExists: this thread already holds it (locks are
+  /// not reentrant). kTimedOut: not granted in time (the request is
+  /// withdrawn). A node that dies releases its locks.
+  Status lock(const std::string& name, Deadline d);
+  /// kPerm when the calling thread does not hold the lock.
+  Status unlock(const std::string& name, Deadline d);
+  /// Waits until `count` callers (any nodes, any threads) have reached
+  /// barrier `name`; the name is then reusable for the next generation.
+  /// kInvalidArg when count disagrees with the current generation's.
+  Status barrier(const std::string& name, uint32_t count, Deadline d);
+
   /// Waits for `id`; returns the operation's status and frees the request.
   /// kTimedOut leaves the request in flight (wait again, or cancel()).
   Status wait(ReqId id, Deadline d);

@@ -56,8 +56,51 @@ void Manager::broadcast(const std::string& frame, uint32_t except) {
   }
 }
 
+void Manager::reply(Client* c, uint64_t req, Code code, uint32_t node) {
+  std::string f = begin_ctl(CtlType::kNameReply);
+  wire::Writer w(&f);
+  w.u64(req);
+  w.u8(static_cast<uint8_t>(code));
+  w.u32(node);
+  finish_ctl(&f);
+  send(c, f);
+}
+
+void Manager::grant_next(const std::string& name, Lock& l) {
+  if (l.waiters.empty()) {
+    locks_.erase(name);  // `l` dies here
+    return;
+  }
+  Waiter w = l.waiters.front();
+  l.waiters.pop_front();
+  l.holder = w.client;
+  l.owner = w.owner;
+  reply(w.client, w.req, Code::kOk, w.client->node);
+}
+
+// A node that leaves or dies releases its locks (the next waiter gets them)
+// and its barrier arrivals; the other arrivals keep waiting for a full count.
+void Manager::forget_client(Client* c) {
+  for (auto it = locks_.begin(); it != locks_.end();) {
+    Lock& l = it->second;
+    std::erase_if(l.waiters, [c](const Waiter& w) { return w.client == c; });
+    if (l.holder == c) {
+      std::string name = it->first;
+      ++it;
+      grant_next(name, locks_[name]);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    std::erase_if(it->second.arrived, [c](const Waiter& w) { return w.client == c; });
+    it = it->second.arrived.empty() ? barriers_.erase(it) : std::next(it);
+  }
+}
+
 void Manager::drop(Client* c, const char* why) {
   uint32_t node = c->node;
+  forget_client(c);
   epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
   auto owned = std::move(clients_[c]);
   clients_.erase(c);
@@ -144,6 +187,80 @@ void Manager::handle(Client* c, const std::string& payload) {
     case CtlType::kLeave:
       drop(c, "left");
       return;
+    case CtlType::kLockAcquire:
+    case CtlType::kLockRelease: {
+      uint64_t req = r.u64();
+      std::string name(r.str(256));
+      uint64_t owner = r.u64();
+      if (!r.ok() || !r.at_end() || name.empty()) {
+        drop(c, "malformed lock request");
+        return;
+      }
+      if (type == CtlType::kLockAcquire) {
+        auto [it, fresh] = locks_.try_emplace(name);
+        Lock& l = it->second;
+        if (fresh) {
+          l.holder = c;
+          l.owner = owner;
+          reply(c, req, Code::kOk, c->node);
+        } else if (l.holder == c && l.owner == owner) {
+          reply(c, req, Code::kExists);  // not reentrant: the caller already holds it
+        } else {
+          l.waiters.push_back({c, owner, req});
+        }
+        return;
+      }
+      auto it = locks_.find(name);
+      if (it == locks_.end()) {
+        reply(c, req, Code::kPerm);
+        return;
+      }
+      Lock& l = it->second;
+      if (l.holder == c && l.owner == owner) {
+        reply(c, req, Code::kOk);
+        grant_next(name, l);
+        return;
+      }
+      // Not the holder: withdraw a waiting acquire of this owner (a caller
+      // that timed out), else refuse.
+      size_t before = l.waiters.size();
+      std::erase_if(l.waiters, [&](const Waiter& w) { return w.client == c && w.owner == owner; });
+      reply(c, req, l.waiters.size() != before ? Code::kOk : Code::kPerm);
+      return;
+    }
+    case CtlType::kBarrier: {
+      uint64_t req = r.u64();
+      std::string name(r.str(256));
+      uint32_t count = r.u32();
+      if (!r.ok() || !r.at_end() || name.empty()) {
+        drop(c, "malformed barrier request");
+        return;
+      }
+      if (count == 0) {
+        // Withdrawal of arrival `req` by a caller that timed out; no answer.
+        auto it = barriers_.find(name);
+        if (it != barriers_.end()) {
+          std::erase_if(it->second.arrived,
+                        [&](const Waiter& w) { return w.client == c && w.req == req; });
+          if (it->second.arrived.empty()) barriers_.erase(it);
+        }
+        return;
+      }
+      Barrier& b = barriers_[name];
+      if (count > kMaxMembers * 64 || (b.count != 0 && b.count != count)) {
+        if (b.arrived.empty()) barriers_.erase(name);
+        reply(c, req, Code::kInvalidArg);
+        return;
+      }
+      b.count = count;
+      b.arrived.push_back({c, 0, req});
+      if (b.arrived.size() == count) {
+        std::vector<Waiter> go = std::move(b.arrived);
+        barriers_.erase(name);
+        for (auto& w : go) reply(w.client, w.req, Code::kOk);
+      }
+      return;
+    }
     case CtlType::kNameRegister:
     case CtlType::kNameLookup:
     case CtlType::kNameUnregister: {

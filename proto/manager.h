@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/net.h"
 #include "common/status.h"
@@ -58,6 +60,31 @@ class Manager {
   std::unordered_map<Client*, std::unique_ptr<Client>> clients_;
   std::map<uint32_t, Client*> members_;
   std::map<std::string, uint32_t> names_;
+
+  // Named locks: FIFO of waiters, so every acquirer is served in arrival
+  // order (fair). An owner is (client, owner token): the token is the
+  // acquiring thread, so threads of one node exclude each other too.
+  struct Waiter {
+    Client* client;
+    uint64_t owner;
+    uint64_t req;
+  };
+  struct Lock {
+    Client* holder = nullptr;
+    uint64_t owner = 0;
+    std::deque<Waiter> waiters;
+  };
+  std::map<std::string, Lock> locks_;
+  // Barriers: arrivals of the current generation; the count-th arrival
+  // releases everyone and the name starts a new generation.
+  struct Barrier {
+    uint32_t count = 0;
+    std::vector<Waiter> arrived;
+  };
+  std::map<std::string, Barrier> barriers_;
+  void reply(Client* c, uint64_t req, Code code, uint32_t node = 0);
+  void grant_next(const std::string& name, Lock& l);
+  void forget_client(Client* c);
 };
 
 }  // namespace lt::proto

@@ -201,7 +201,20 @@ bool Membership::alive(NodeId n) const {
   return members_.count(n) != 0;
 }
 
-Result<NodeId> Membership::name_call(CtlType t, const std::string& name, Deadline d) {
+std::string Membership::ctl_frame(CtlType t, uint64_t req, const std::string& name,
+                                  const CtlArgs& a) {
+  std::string f = begin_ctl(t);
+  wire::Writer w(&f);
+  w.u64(req);
+  w.str(name);
+  if (a.has_u64) w.u64(a.u64);
+  if (a.has_u32) w.u32(a.u32);
+  finish_ctl(&f);
+  return f;
+}
+
+Result<NodeId> Membership::name_call(CtlType t, const std::string& name, Deadline d,
+                                     const CtlArgs& args, uint64_t* req_out) {
   uint64_t req;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -209,12 +222,8 @@ Result<NodeId> Membership::name_call(CtlType t, const std::string& name, Deadlin
     req = next_req_++;
     pending_[req] = Pending{};
   }
-  std::string f = begin_ctl(t);
-  wire::Writer w(&f);
-  w.u64(req);
-  w.str(name);
-  finish_ctl(&f);
-  Status s = send_frame(f, d);
+  if (req_out) *req_out = req;
+  Status s = send_frame(ctl_frame(t, req, name, args), d);
   std::unique_lock<std::mutex> g(mu_);
   if (!s.is_ok()) {
     pending_.erase(req);
@@ -239,6 +248,16 @@ Result<NodeId> Membership::name_call(CtlType t, const std::string& name, Deadlin
     }
     cv_.wait_for(g, std::chrono::nanoseconds(std::min<uint64_t>(left, 100000000ull)));
   }
+}
+
+Status Membership::post_only(CtlType t, uint64_t req, const std::string& name,
+                             const CtlArgs& args) {
+  return send_frame(ctl_frame(t, req, name, args), Deadline::after_ms(1000));
+}
+
+uint64_t Membership::new_req() {
+  std::lock_guard<std::mutex> g(mu_);
+  return next_req_++;
 }
 
 Status Membership::register_name(const std::string& name, Deadline d) {

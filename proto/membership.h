@@ -23,6 +23,14 @@ namespace lt::proto {
 
 using transport::NodeId;
 
+/// Optional trailing fields of a control request.
+struct CtlArgs {
+  bool has_u64 = false;
+  uint64_t u64 = 0;
+  bool has_u32 = false;
+  uint32_t u32 = 0;
+};
+
 class Membership {
  public:
   struct Event {
@@ -51,6 +59,14 @@ class Membership {
   std::vector<Member> members() const;
   bool alive(NodeId n) const;
 
+  /// A request to the manager answered by kNameReply; blocks until the
+  /// answer or the deadline. *req_out gets the request id (to withdraw it).
+  Result<NodeId> name_call(CtlType t, const std::string& name, Deadline d, const CtlArgs& args = {},
+                           uint64_t* req_out = nullptr);
+  /// Sends a request whose answer nobody waits for (withdrawals).
+  Status post_only(CtlType t, uint64_t req, const std::string& name, const CtlArgs& args);
+  uint64_t new_req();
+
   /// Name directory. kExists, kNotFound, kPerm, kTimedOut, kPeerDown.
   Status register_name(const std::string& name, Deadline d);
   Status unregister_name(const std::string& name, Deadline d);
@@ -58,7 +74,7 @@ class Membership {
 
  private:
   void handle_push(const std::string& payload, std::vector<Event>* events);
-  Result<NodeId> name_call(CtlType t, const std::string& name, Deadline d);
+  std::string ctl_frame(CtlType t, uint64_t req, const std::string& name, const CtlArgs& a);
   Status send_frame(const std::string& f, Deadline d);
 
   net::Fd fd_;

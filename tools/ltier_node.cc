@@ -20,6 +20,13 @@
 //   fadd H OFF ADD              -> ok OLD         (LT_fetch_add)
 //   cas H OFF EXPECTED NEW      -> ok OLD         (LT_compare_swap)
 //   fadd_loop H OFF N THREADS   -> ok             (THREADS threads, N fetch_add(1) each)
+//   lock NAME [TIMEOUT_MS]      -> ok             (LT_lock; default timeout from config)
+//   unlock NAME                 -> ok
+//   barrier NAME COUNT [TIMEOUT_MS] -> ok
+//   lock_loop H OFF NAME N THREADS -> ok          (THREADS threads, N x {lock; read the u64
+//                                                 at OFF; write it + 1; unlock})
+//   barrier_loop NAME COUNT GENS H OFF -> ok      (each generation: fetch_add the u64 at OFF;
+//                                                 barrier; check it is >= gen*COUNT; barrier)
 //   (RIGHTS letters: r read, w write, a atomic)
 //   quit
 #include <pthread.h>
@@ -182,6 +189,71 @@ std::string run(lt_engine_t* e, const std::string& line) {
       }
       for (auto& t : ts) t.join();
       return first_error ? err(first_error) : "ok";
+    }
+    if (cmd == "lock" || cmd == "unlock" || cmd == "barrier") {
+      std::string name;
+      in >> name;
+      uint64_t count = cmd == "barrier" ? u64() : 0;
+      std::string t;
+      int64_t timeout_us = (in >> t) ? static_cast<int64_t>(std::stoll(t)) * 1000 : -1;
+      int rc = cmd == "lock" ? LT_lock(e, name.c_str(), timeout_us)
+               : cmd == "unlock"
+                   ? LT_unlock(e, name.c_str())
+                   : LT_barrier(e, name.c_str(), static_cast<uint32_t>(count), timeout_us);
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "lock_loop") {
+      lt_lmr_t h = u64();
+      uint64_t off = u64();
+      std::string name;
+      in >> name;
+      uint64_t n = u64(), threads = u64();
+      if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
+      std::atomic<int> first_error{0};
+      std::vector<std::thread> ts;
+      for (uint64_t t = 0; t < threads; ++t) {
+        ts.emplace_back([&] {
+          for (uint64_t i = 0; i < n; ++i) {
+            // A deliberately non-atomic read-modify-write: only the lock
+            // keeps the count exact.
+            uint64_t v = 0;
+            int rc = LT_lock(e, name.c_str(), -1);
+            if (rc == 0) rc = LT_read(e, h, off, &v, sizeof(v));
+            ++v;
+            if (rc == 0) rc = LT_write(e, h, off, &v, sizeof(v));
+            int urc = LT_unlock(e, name.c_str());
+            if (rc == 0) rc = urc;
+            if (rc != 0) {
+              int zero = 0;
+              first_error.compare_exchange_strong(zero, rc);
+              return;
+            }
+          }
+        });
+      }
+      for (auto& t : ts) t.join();
+      return first_error ? err(first_error) : "ok";
+    }
+    if (cmd == "barrier_loop") {
+      std::string name;
+      in >> name;
+      uint64_t count = u64(), gens = u64();
+      lt_lmr_t h = u64();
+      uint64_t off = u64();
+      for (uint64_t g = 1; g <= gens; ++g) {
+        uint64_t old = 0, now = 0;
+        int rc = LT_fetch_add(e, h, off, 1, &old);
+        if (rc == 0) rc = LT_barrier(e, name.c_str(), static_cast<uint32_t>(count), -1);
+        if (rc == 0) rc = LT_read(e, h, off, &now, sizeof(now));
+        if (rc != 0) return err(rc);
+        // Everyone incremented before anyone passed; nobody increments the
+        // next generation before everyone has read.
+        if (now != g * count)
+          return "err mismatch gen " + std::to_string(g) + " saw " + std::to_string(now);
+        rc = LT_barrier(e, name.c_str(), static_cast<uint32_t>(count), -1);
+        if (rc != 0) return err(rc);
+      }
+      return "ok";
     }
     if (cmd == "memset") {
       lt_lmr_t h = u64();

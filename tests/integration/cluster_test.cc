@@ -189,6 +189,65 @@ TEST_F(ThreeNodes, CompareSwapAndAtomicErrors) {
   EXPECT_EQ(a->cmd("fadd " + h + " 0 0"), "ok 9");  // nothing changed
 }
 
+// A non-atomic read-modify-write under a named lock, from 3 nodes x 4
+// threads, stays exact.
+TEST_F(ThreeNodes, LockProtectedCounterIsExact) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("publish " + h + " lock.ctr rw"), "ok");
+  std::string hb = ok_value(b->cmd("map lock.ctr rw"));
+  std::string hc = ok_value(c->cmd("map lock.ctr rw"));
+  const int kPerThread = 60;
+  ASSERT_TRUE(a->send("lock_loop " + h + " 0 ctr.lock " + std::to_string(kPerThread) + " 4"));
+  ASSERT_TRUE(b->send("lock_loop " + hb + " 0 ctr.lock " + std::to_string(kPerThread) + " 4"));
+  ASSERT_TRUE(c->send("lock_loop " + hc + " 0 ctr.lock " + std::to_string(kPerThread) + " 4"));
+  for (Proc* p : {a, b, c}) EXPECT_EQ(p->read_line(120000), "ok");
+  uint64_t want = 3 * 4 * kPerThread;
+  char hex[17];
+  snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(__builtin_bswap64(want)));
+  EXPECT_EQ(a->cmd("read " + h + " 0 8"), std::string("ok ") + hex);
+}
+
+TEST_F(ThreeNodes, BarriersOverFiftyGenerations) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[0] + " 64 rwa"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("publish " + h + " barrier.ctr rwa"), "ok");
+  std::string hb = ok_value(b->cmd("map barrier.ctr ra"));
+  std::string hc = ok_value(c->cmd("map barrier.ctr ra"));
+  ASSERT_TRUE(a->send("barrier_loop gen.barrier 3 50 " + h + " 0"));
+  ASSERT_TRUE(b->send("barrier_loop gen.barrier 3 50 " + hb + " 0"));
+  ASSERT_TRUE(c->send("barrier_loop gen.barrier 3 50 " + hc + " 0"));
+  for (Proc* p : {a, b, c}) EXPECT_EQ(p->read_line(120000), "ok");
+}
+
+TEST_F(ThreeNodes, LockAndBarrierErrors) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  EXPECT_EQ(a->cmd("unlock never.taken"), "err LT_ERR_PERM");
+  EXPECT_EQ(a->cmd("lock l1"), "ok");
+  EXPECT_EQ(a->cmd("lock l1"), "err LT_ERR_EXISTS");  // not reentrant
+  EXPECT_EQ(c->cmd("unlock l1"), "err LT_ERR_PERM");  // not the holder
+  EXPECT_EQ(c->cmd("lock l1 200"), "err LT_ERR_TIMEDOUT");
+  EXPECT_EQ(a->cmd("unlock l1"), "ok");
+  // c's timed-out wait was withdrawn: it does not hold the lock now.
+  EXPECT_EQ(b->cmd("lock l1 5000"), "ok");
+  // A node that dies releases its locks to the next waiter.
+  ASSERT_TRUE(c->send("lock l1 10000"));
+  b->signal(SIGKILL);
+  ASSERT_NE(b->wait_exit(5000), -1);
+  EXPECT_EQ(c->read_line(15000), "ok");
+  EXPECT_EQ(c->cmd("unlock l1"), "ok");
+  // Barriers: a lone arrival times out and is withdrawn, so the next
+  // generation still needs two; a count mismatch is refused.
+  EXPECT_EQ(a->cmd("barrier b1 2 200"), "err LT_ERR_TIMEDOUT");
+  ASSERT_TRUE(a->send("barrier b1 2 10000"));
+  EXPECT_EQ(c->cmd("barrier b1 3 1000"), "err LT_ERR_INVAL");
+  EXPECT_EQ(c->cmd("barrier b1 2 10000"), "ok");
+  EXPECT_EQ(a->read_line(15000), "ok");
+  EXPECT_EQ(a->cmd("barrier b1 0"), "err LT_ERR_INVAL");
+}
+
 TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));

@@ -118,6 +118,21 @@ int LT_fetch_add_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t a
 int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
                           uint64_t desired, uint64_t* old, lt_req_t* req);
 
+/* Named locks and barriers, served by ltier-manager.
+ * LT_lock: the calling thread takes lock `name`, waiting up to timeout_us
+ * (negative: engine.op_timeout_ms). Waiters are granted in arrival order
+ * (FIFO, so starvation-free). Locks are per thread and not reentrant
+ * (-LT_ERR_EXISTS if this thread already holds it). On -LT_ERR_TIMEDOUT the
+ * wait is withdrawn. A node that leaves or dies releases its locks.
+ * LT_unlock: -LT_ERR_PERM unless the calling thread holds the lock.
+ * LT_barrier: returns once `count` callers (threads on any nodes) have
+ * reached `name`; the name is then ready for the next generation. A
+ * different count while a generation is open: -LT_ERR_INVAL.
+ * Names: 1..128 bytes. -LT_ERR_PEER_DOWN when the manager is unreachable. */
+int LT_lock(lt_engine_t* e, const char* name, int64_t timeout_us);
+int LT_unlock(lt_engine_t* e, const char* name);
+int LT_barrier(lt_engine_t* e, const char* name, uint32_t count, int64_t timeout_us);
+
 /* Async forms: argument errors return at once; otherwise *req completes later
  * (LT_wait / LT_test). buf must stay valid until the request completes. */
 int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,
