@@ -244,6 +244,51 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
   return out_rc(e->core.compare_swap_async(lmr, offset, expected, desired, old), req);
 }
 
+int LT_regRPC(lt_engine_t* e, uint32_t func_id, lt_rpc_fn fn, void* ctx) {
+  if (e == nullptr || fn == nullptr) return -LT_ERR_INVAL;
+  return rc(
+      e->core.register_rpc(func_id,
+                           [fn, ctx](lt::transport::NodeId src, std::span<const std::byte> in,
+                                     std::span<std::byte> out, size_t* out_len) -> lt::Status {
+                             size_t n = 0;
+                             int r = fn(ctx, src, in.data(), in.size(), out.data(), out.size(), &n);
+                             if (r > 0 || r < -static_cast<int>(lt::kNumCodes - 1))
+                               return lt::Code::kInternal;
+                             if (r < 0) return static_cast<lt::Code>(-r);
+                             *out_len = n;
+                             return lt::Status::ok();
+                           }));
+}
+
+int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
+           void* out, size_t out_cap, size_t* out_len) {
+  if (e == nullptr || out_len == nullptr) return -LT_ERR_INVAL;
+  lt::Deadline d = deadline(e);
+  size_t n = 0;
+  for (;;) {
+    auto r = e->core.rpc_async(node, func_id, in, in_len, out, out_cap, &n);
+    if (r.is_ok()) {
+      int s = rc(e->core.wait_or_cancel(r.value(), d));
+      if (s == 0 || s == -LT_ERR_TRUNCATED) *out_len = n;
+      return s;
+    }
+    // Out of credits: wait for replies to return some.
+    if (r.status().code() != lt::Code::kNoResource || d.expired()) return rc(r.status());
+    e->core.progress();
+  }
+}
+
+int LT_RPC_async(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
+                 void* out, size_t out_cap, size_t* out_len, lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.rpc_async(node, func_id, in, in_len, out, out_cap, out_len), req);
+}
+
+int LT_cancel(lt_engine_t* e, lt_req_t req) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.wait_or_cancel(req, lt::Deadline(0)));
+}
+
 int LT_lock(lt_engine_t* e, const char* name, int64_t timeout_us) {
   if (e == nullptr || name == nullptr) return -LT_ERR_INVAL;
   return rc(e->core.lock(name, timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us)));

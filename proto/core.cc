@@ -57,7 +57,7 @@ struct Core::LocalLmr {
   ~LocalLmr() { std::free(mem); }
 };
 
-enum class Core::ReqKind : uint8_t { kPlain, kRead, kAlloc, kMap, kCopyRead, kAtomic };
+enum class Core::ReqKind : uint8_t { kPlain, kRead, kAlloc, kMap, kCopyRead, kAtomic, kRpc };
 
 struct Core::Request {
   uint32_t idx = 0;
@@ -77,6 +77,7 @@ struct Core::Request {
   std::unique_ptr<std::byte[]> bounce;
   std::shared_ptr<Mapping> copy_dst;
   uint64_t copy_dst_off = 0;
+  size_t* rpc_len = nullptr;  // kRpc: where the reply length goes
 };
 
 Core::Core(const Config& config)
@@ -438,6 +439,10 @@ void Core::fail_requests_to(NodeId peer, Code c) {
     if ((w & 0xff) != kStPending) continue;
     if (r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
       if (r->peer.load() == peer) {
+        // No reply will return this call's RPC credit.
+        if (r->kind == ReqKind::kRpc && peer < kMaxNodes) {
+          peers_[peer].rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+        }
         finish(r, c);
       } else {
         r->word.store(w);
@@ -926,6 +931,50 @@ Result<ReqId> Core::compare_swap_async(LmrHandle h, uint64_t off, uint64_t expec
   return atomic_async(h, off, AtomicKind::kCompareSwap, desired, expected, old);
 }
 
+// ---------------------------------------------------------------- RPC
+
+Status Core::register_rpc(uint32_t func_id, RpcHandler h) {
+  if (func_id > 0xffff || !h) return Code::kInvalidArg;
+  std::unique_lock<std::shared_mutex> g(rpc_mu_);
+  if (handlers_.count(func_id)) return Code::kExists;
+  handlers_[func_id] = std::make_shared<RpcHandler>(std::move(h));
+  return Status::ok();
+}
+
+Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len,
+                              void* out, size_t out_cap, size_t* out_len) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (func_id > 0xffff || out_len == nullptr || (in == nullptr && in_len != 0) ||
+      (out == nullptr && out_cap != 0) || in_len > max_payload_ - sizeof(RpcReq)) {
+    return Code::kInvalidArg;
+  }
+  if (node == 0 || node >= kMaxNodes) return Code::kPeerDown;
+  // Credits: at most rpc_ring_slots calls outstanding at one server, so its
+  // ring for us never overflows. A credit comes back with each reply.
+  PeerSlot& ps = peers_[node];
+  int32_t used = ps.rpc_in_flight.fetch_add(1, std::memory_order_acq_rel);
+  if (used >= static_cast<int32_t>(config_.engine.rpc_ring_slots)) {
+    ps.rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return Code::kNoResource;
+  }
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRpc, node, &id);
+  if (!r) {
+    ps.rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return r.status();
+  }
+  (*r)->out = static_cast<std::byte*>(out);
+  (*r)->out_len = out_cap;
+  (*r)->rpc_len = out_len;
+  RpcReq q{make_header(MsgOp::kRpcReq, id), func_id, static_cast<uint32_t>(used)};
+  Status s = send_request(*r, id, node, &q, sizeof(q), in, in_len);
+  if (!s.is_ok()) {
+    ps.rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return s;
+  }
+  return id;
+}
+
 // ---------------------------------------------------------------- sync
 
 namespace {
@@ -1067,6 +1116,28 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
       reply_status(from, h.req_id, s);
       return;
     }
+    case MsgOp::kRpcReq: {
+      auto q = load<RpcReq>(b);
+      std::shared_ptr<RpcHandler> fn;
+      {
+        std::shared_lock<std::shared_mutex> g(rpc_mu_);
+        auto it = handlers_.find(q.func);
+        if (it != handlers_.end()) fn = it->second;
+      }
+      if (!fn) {
+        MsgHeader rh = make_header(MsgOp::kRpcReply, h.req_id, Code::kNoHandler);
+        (void)send(from, &rh, sizeof(rh), nullptr, 0, default_deadline(), true);
+        return;
+      }
+      if (rpc_out_.empty()) rpc_out_.resize(max_payload_ - sizeof(MsgHeader));
+      size_t n = 0;
+      Status s = (*fn)(from, b.subspan(sizeof(RpcReq)), std::span<std::byte>(rpc_out_), &n);
+      if (s.is_ok() && n > rpc_out_.size()) s = Code::kInternal;
+      MsgHeader rh = make_header(MsgOp::kRpcReply, h.req_id, s.code());
+      (void)send(from, &rh, sizeof(rh), s.is_ok() ? rpc_out_.data() : nullptr, s.is_ok() ? n : 0,
+                 default_deadline(), true);
+      return;
+    }
     case MsgOp::kAtomicReq: {
       auto q = load<AtomicReq>(b);
       uint64_t old = 0;
@@ -1131,6 +1202,10 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     return;
   }
   Request* r = req_at(idx);
+  if (static_cast<MsgOp>(h.op) == MsgOp::kRpcReply && from < kMaxNodes) {
+    // The server freed our ring slot, whether or not the call is still waited for.
+    peers_[from].rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
   uint64_t expect = word(gen, kStPending);
   if (r->peer.load() != from || !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
     late_.fetch_add(1, std::memory_order_relaxed);
@@ -1162,6 +1237,20 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
           r->mapr = load<MapReply>(b);
         }
         break;
+      case ReqKind::kRpc: {
+        if (op != MsgOp::kRpcReply) {
+          s = Code::kMalformed;
+          break;
+        }
+        size_t n = b.size() - sizeof(MsgHeader);
+        *r->rpc_len = n;
+        if (n > r->out_len) {
+          s = Code::kTruncated;
+        } else if (n > 0) {
+          std::memcpy(r->out, b.data() + sizeof(MsgHeader), n);
+        }
+        break;
+      }
       case ReqKind::kAtomic:
         if (op != MsgOp::kAtomicReply) {
           s = Code::kMalformed;

@@ -10,11 +10,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/config.h"
@@ -91,6 +94,20 @@ class Core {
   /// barrier `name`; the name is then reusable for the next generation.
   /// kInvalidArg when count disagrees with the current generation's.
   Status barrier(const std::string& name, uint32_t count, Deadline d);
+
+  /// An RPC handler: reads `in`, writes at most out.size() bytes to `out`,
+  /// sets *out_len, returns the status the caller gets. Runs on the thread
+  /// doing progress (normally the progress thread): it must not block.
+  using RpcHandler = std::function<Status(NodeId src, std::span<const std::byte> in,
+                                          std::span<std::byte> out, size_t* out_len)>;
+  /// kExists if func_id has a handler; kInvalidArg above 65535.
+  Status register_rpc(uint32_t func_id, RpcHandler h);
+  /// Calls func_id on `node`. On completion *out_len is the reply's length;
+  /// kTruncated (with *out_len the needed size) when it exceeds out_cap.
+  /// kNoHandler, kPeerDown, kTimedOut; kNoResource when all
+  /// engine.rpc_ring_slots credits to that node are in use.
+  Result<ReqId> rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len, void* out,
+                          size_t out_cap, size_t* out_len);
 
   /// Waits for `id`; returns the operation's status and frees the request.
   /// kTimedOut leaves the request in flight (wait again, or cancel()).
@@ -193,7 +210,11 @@ class Core {
   struct PeerSlot {
     std::atomic<transport::Endpoint*> ep{nullptr};
     std::atomic<bool> down{false};
+    std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
   };
+  std::shared_mutex rpc_mu_;  // handlers_ is read per call, written at registration
+  std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;
+  std::vector<std::byte> rpc_out_;  // reply scratch; used by the progress token holder
   std::unique_ptr<PeerSlot[]> peers_;
   std::mutex connect_mu_;
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;  // owned; never freed early

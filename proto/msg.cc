@@ -38,6 +38,12 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kAtomicReq:
       *s = {sizeof(AtomicReq), false};
       return true;
+    case MsgOp::kRpcReq:
+      *s = {sizeof(RpcReq), true};
+      return true;
+    case MsgOp::kRpcReply:
+      *s = {sizeof(MsgHeader), true};
+      return true;
     case MsgOp::kAtomicReply:
       *s = {sizeof(AtomicReply), false};
       return true;

@@ -22,10 +22,12 @@ enum class MsgOp : uint8_t {
   kFreeReq = 6,
   kMapReq = 7,
   kAtomicReq = 8,
+  kRpcReq = 9,  // RpcReq + the request bytes
   kReply = 64,  // generic reply: MsgHeader (+ read data)
   kAllocReply = 65,
   kMapReply = 66,
   kAtomicReply = 67,
+  kRpcReply = 68,  // MsgHeader + the reply bytes; status kNoHandler etc. on failure
 };
 
 /// LMR rights, as in lt.h.
@@ -127,6 +129,15 @@ struct AtomicReply {
   uint64_t old;  // the word's value before the operation
 };
 static_assert(sizeof(AtomicReply) == 24);
+
+/// An RPC request. The 32-bit immediate of LITE's write-with-immediate
+/// (function id, ring slot) travels here on stream transports.
+struct RpcReq {
+  MsgHeader h;
+  uint32_t func;  // function id (0..65535)
+  uint32_t slot;  // the caller's ring slot at the server (credit index)
+};
+static_assert(sizeof(RpcReq) == 24);
 
 /// Checks version and opcode of the message in `b` and that it is at least
 /// as long as its fixed part (exactly, for ops without a tail). kMalformed

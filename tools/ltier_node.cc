@@ -27,6 +27,13 @@
 //                                                 at OFF; write it + 1; unlock})
 //   barrier_loop NAME COUNT GENS H OFF -> ok      (each generation: fetch_add the u64 at OFF;
 //                                                 barrier; check it is >= gen*COUNT; barrier)
+//   rpc NODE FUNC HEX [CAP]     -> ok HEX         (LT_RPC; CAP defaults to 1 MiB)
+//   rpc_sizes NODE MAX          -> ok COUNT       (echo every size 0..MAX in steps, byte-checked)
+//   rpc_async NODE COUNT SIZE   -> ok             (COUNT async echo calls outstanding at once)
+//   rpc_timeout NODE MS         -> ok|err         (the slow function, waited MS then cancelled)
+// Every node serves RPC functions 1 (echo), 2 (reply of the length given as
+// a decimal string: bytes i*7+1) and 3 (sleeps 300 ms, then echoes: for
+// timeout tests only; handlers must not block).
 //   (RIGHTS letters: r read, w write, a atomic)
 //   quit
 #include <pthread.h>
@@ -46,6 +53,37 @@
 #include "ltier/lt.h"
 
 namespace {
+
+int rpc_echo(void*, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+             size_t* out_len) {
+  if (in_len > out_cap) return -LT_ERR_TRUNCATED;
+  if (in_len) std::memcpy(out, in, in_len);
+  *out_len = in_len;
+  return 0;
+}
+
+int rpc_sized(void*, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+              size_t* out_len) {
+  std::string s(static_cast<const char*>(in), in_len);
+  size_t n = static_cast<size_t>(std::strtoull(s.c_str(), nullptr, 10));
+  if (n > out_cap) return -LT_ERR_TRUNCATED;
+  for (size_t i = 0; i < n; ++i)
+    static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(i * 7 + 1);
+  *out_len = n;
+  return 0;
+}
+
+int rpc_slow(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out, size_t out_cap,
+             size_t* out_len) {
+  usleep(300000);
+  return rpc_echo(ctx, src, in, in_len, out, out_cap, out_len);
+}
+
+std::vector<unsigned char> pattern(size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
+  return v;
+}
 
 uint32_t parse_rights(const std::string& s) {
   uint32_t r = 0;
@@ -190,6 +228,76 @@ std::string run(lt_engine_t* e, const std::string& line) {
       for (auto& t : ts) t.join();
       return first_error ? err(first_error) : "ok";
     }
+    if (cmd == "rpc") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint32_t func = static_cast<uint32_t>(u64());
+      std::string hex, cap_s;
+      in >> hex;
+      size_t cap = (in >> cap_s) ? std::stoull(cap_s) : (1u << 20);
+      std::vector<unsigned char> req;
+      if (hex != "-" && !from_hex(hex, &req)) return "err LT_ERR_INVAL";
+      std::vector<unsigned char> rep(cap);
+      size_t n = 0;
+      int rc = LT_RPC(e, node, func, req.data(), req.size(), rep.data(), cap, &n);
+      if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
+      if (rc) return err(rc);
+      rep.resize(n);
+      return "ok " + (n ? to_hex(rep) : std::string("-"));
+    }
+    if (cmd == "rpc_sizes") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint64_t max = u64();
+      std::vector<unsigned char> rep(max + 1);
+      uint64_t count = 0;
+      std::vector<uint64_t> sizes;
+      for (uint64_t sz = 0; sz <= max; sz = sz < 16 ? sz + 1 : sz * 2 - 7) sizes.push_back(sz);
+      if (sizes.back() != max) sizes.push_back(max);  // always the largest asked for
+      for (uint64_t sz : sizes) {
+        auto req = pattern(sz, static_cast<unsigned>(sz));
+        size_t n = 0;
+        int rc = LT_RPC(e, node, 1, req.data(), sz, rep.data(), rep.size(), &n);
+        if (rc) return err(rc) + " at size " + std::to_string(sz);
+        if (n != sz || std::memcmp(rep.data(), req.data(), sz) != 0) {
+          return "err mismatch at size " + std::to_string(sz);
+        }
+        ++count;
+      }
+      return "ok " + std::to_string(count);
+    }
+    if (cmd == "rpc_async") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint64_t count = u64(), size = u64();
+      std::vector<std::vector<unsigned char>> reqs, reps;
+      std::vector<size_t> lens(count);
+      std::vector<lt_req_t> ids(count);
+      for (uint64_t i = 0; i < count; ++i) {
+        reqs.push_back(pattern(size, static_cast<unsigned>(i)));
+        reps.emplace_back(size);
+      }
+      for (uint64_t i = 0; i < count; ++i) {
+        int rc =
+            LT_RPC_async(e, node, 1, reqs[i].data(), size, reps[i].data(), size, &lens[i], &ids[i]);
+        if (rc) return err(rc) + " issuing call " + std::to_string(i);
+      }
+      for (uint64_t i = 0; i < count; ++i) {
+        int rc = LT_wait(e, ids[i], -1);
+        if (rc) return err(rc) + " call " + std::to_string(i);
+        if (lens[i] != size || reps[i] != reqs[i]) return "err mismatch call " + std::to_string(i);
+      }
+      return "ok";
+    }
+    if (cmd == "rpc_timeout") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      int64_t ms = static_cast<int64_t>(u64());
+      char req[4] = {1, 2, 3, 4}, rep[4];
+      size_t n = 0;
+      lt_req_t id;
+      int rc = LT_RPC_async(e, node, 3, req, 4, rep, 4, &n, &id);
+      if (rc) return err(rc);
+      rc = LT_wait(e, id, ms * 1000);
+      if (rc == -LT_ERR_TIMEDOUT) rc = LT_cancel(e, id);
+      return rc ? err(rc) : "ok";
+    }
     if (cmd == "lock" || cmd == "unlock" || cmd == "barrier") {
       std::string name;
       in >> name;
@@ -314,6 +422,12 @@ int main(int argc, char** argv) {
     fflush(stdout);
     fprintf(stderr, "ltier-node: join failed: %s\n", LT_strerror(rc));
     return 1;
+  }
+  for (auto [id, fn] :
+       {std::pair<uint32_t, lt_rpc_fn>{1, rpc_echo}, {2, rpc_sized}, {3, rpc_slow}}) {
+    if (int r = LT_regRPC(e, id, fn, nullptr); r != 0) {
+      fprintf(stderr, "ltier-node: LT_regRPC(%u): %s\n", id, LT_strerror(r));
+    }
   }
   printf("ready %u\n", LT_node_id(e));
   fflush(stdout);

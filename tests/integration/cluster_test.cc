@@ -248,6 +248,31 @@ TEST_F(ThreeNodes, LockAndBarrierErrors) {
   EXPECT_EQ(a->cmd("barrier b1 0"), "err LT_ERR_INVAL");
 }
 
+TEST_F(ThreeNodes, RpcEchoErrorsAndManyOutstanding) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 0a0b0c"), "ok 0a0b0c");
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 -"), "ok -");  // 0 bytes each way
+  // Every size from 0 B to past 8 MiB, checked byte for byte.
+  EXPECT_EQ(a->cmd("rpc_sizes " + ids_[1] + " 8388619", 120000), "ok 37");
+  EXPECT_EQ(c->cmd("rpc " + ids_[1] + " 777 00"), "err LT_ERR_NO_HANDLER");
+  // Reply of 10 bytes into a 4-byte buffer: the needed size comes back.
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 2 3130 4"), "err LT_ERR_TRUNCATED 10");
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 2 33 4"), "ok 01080f");
+  // 1,000 async calls outstanding at once, from two callers.
+  ASSERT_TRUE(a->send("rpc_async " + ids_[1] + " 1000 256"));
+  ASSERT_TRUE(c->send("rpc_async " + ids_[1] + " 1000 16"));
+  EXPECT_EQ(a->read_line(120000), "ok");
+  EXPECT_EQ(c->read_line(120000), "ok");
+  // A per-call timeout; the server (blocked 300 ms in the slow handler)
+  // then answers the next call normally and the credit came back.
+  EXPECT_EQ(a->cmd("rpc_timeout " + ids_[1] + " 50"), "err LT_ERR_TIMEDOUT");
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 ff"), "ok ff");
+  // A dead server.
+  b->signal(SIGKILL);
+  ASSERT_NE(b->wait_exit(5000), -1);
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 ff", 15000), "err LT_ERR_PEER_DOWN");
+}
+
 TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));

@@ -118,6 +118,30 @@ int LT_fetch_add_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t a
 int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
                           uint64_t desired, uint64_t* old, lt_req_t* req);
 
+/* RPC (LITE's). A handler reads `in`, writes at most out_cap bytes to `out`,
+ * sets *out_len and returns 0 or a negative LT_ERR_* code, which the caller
+ * receives. Handlers run on the engine's progress thread: they must not
+ * block. func_id: 0..65535. -LT_ERR_EXISTS if func_id already has one. */
+typedef int (*lt_rpc_fn)(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out,
+                         size_t out_cap, size_t* out_len);
+int LT_regRPC(lt_engine_t* e, uint32_t func_id, lt_rpc_fn fn, void* ctx);
+/* Calls func_id on `node` and waits (engine.op_timeout_ms). *out_len is the
+ * reply's length; if it exceeds out_cap: -LT_ERR_TRUNCATED, with *out_len the
+ * needed size and nothing copied. -LT_ERR_NO_HANDLER: nothing registered for
+ * func_id there. -LT_ERR_PEER_DOWN, -LT_ERR_TIMEDOUT. Calls to one server are
+ * bounded by engine.rpc_ring_slots credits (blocking calls wait for one). */
+int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
+           void* out, size_t out_cap, size_t* out_len);
+/* Async: many calls may be outstanding per thread; -LT_ERR_AGAIN when all
+ * credits to that server are in use. For a per-call timeout, LT_wait with
+ * that timeout and LT_cancel on -LT_ERR_TIMEDOUT. */
+int LT_RPC_async(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
+                 void* out, size_t out_cap, size_t* out_len, lt_req_t* req);
+/* Abandons a request in flight: its buffers are free when this returns and a
+ * late completion is dropped. Returns the request's status if it completed
+ * meanwhile, else -LT_ERR_TIMEDOUT. */
+int LT_cancel(lt_engine_t* e, lt_req_t req);
+
 /* Named locks and barriers, served by ltier-manager.
  * LT_lock: the calling thread takes lock `name`, waiting up to timeout_us
  * (negative: engine.op_timeout_ms). Waiters are granted in arrival order
