@@ -28,6 +28,8 @@ const Shape kShapes[] = {
     {MsgOp::kAllocReply, sizeof(AllocReply), false},
     {MsgOp::kMapReply, sizeof(MapReply), false},
     {MsgOp::kAtomicReq, sizeof(AtomicReq), false},
+    {MsgOp::kRpcReq, sizeof(RpcReq), true},
+    {MsgOp::kRpcReply, sizeof(MsgHeader), true},
     {MsgOp::kAtomicReply, sizeof(AtomicReply), false},
 };
 
