@@ -10,8 +10,10 @@
 //   join op=after_join p50_us=X p90_us=Y                (LT_join return to it)
 //
 //   lat op=fetch_add size=8 iters=N p50_us=X p99_us=Y  (LT_fetch_add round trip)
+//   lat op=rpc size=S iters=N p50_us=X p99_us=Y        (LT_RPC echo, S bytes each way)
+//   rate op=rpc size=8 window=W calls_per_s=X          (W calls outstanding)
 //
-//   ltier-perf [--ops read,write,fetch_add] [--sizes 8,4096,65536,1048576] [--iters N]
+//   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate] [--sizes 8,4096,65536,1048576] [--iters N]
 //              [--warmup N] [--bw] [--window W] [--join] [--join-tries N]
 #include <fcntl.h>
 #include <signal.h>
@@ -74,11 +76,20 @@ lt_join_opts_t opts_for(const std::string& manager, const std::string& secret) {
 // Child processes are this program started again (not forks: this process
 // already has threads). "--serve-node MANAGER SECRET" serves until its stdin
 // closes; "--join-trial MANAGER SECRET NODE" prints its join timings.
+int rpc_echo(void*, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+             size_t* out_len) {
+  if (in_len > out_cap) return -LT_ERR_TRUNCATED;
+  if (in_len) std::memcpy(out, in, in_len);
+  *out_len = in_len;
+  return 0;
+}
+
 int serve_node_main(const std::string& manager, const std::string& secret) {
   lt_engine_t* e;
   lt_join_opts_t o = opts_for(manager, secret);
   int rc = LT_join(&o, &e);
   if (rc != 0) die("server join", rc);
+  if ((rc = LT_regRPC(e, 1, rpc_echo, nullptr)) != 0) die("server LT_regRPC", rc);
   char c;
   while (read(0, &c, 1) > 0) {
   }
@@ -203,7 +214,8 @@ int main(int argc, char** argv) {
       join = true;
     } else {
       fprintf(stderr,
-              "usage: ltier-perf [--ops read,write,fetch_add] [--sizes 8,4096,...] [--iters N] "
+              "usage: ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate] [--sizes 8,4096,...] "
+              "[--iters N] "
               "[--warmup N] [--bw] [--window W] [--join] [--join-tries N]\n");
       return 2;
     }
@@ -246,8 +258,55 @@ int main(int argc, char** argv) {
       fflush(stdout);
       continue;
     }
+    if (op == "rpc") {
+      // One LT_RPC round trip: `size` bytes each way to an echo handler.
+      for (uint64_t size : sizes) {
+        int n = size > 4096 ? std::max(200, static_cast<int>(iters * 4096.0 / size)) : iters;
+        n = std::min(n, iters);
+        int w = warmup >= 0 ? warmup : n / 10 + 1;
+        std::vector<double> lat;
+        std::vector<char> rep(size);
+        for (int i = 0; i < w + n; ++i) {
+          size_t got = 0;
+          auto t0 = Clock::now();
+          int rc = LT_RPC(e, peer, 1, buf.data(), size, rep.data(), size, &got);
+          if (rc != 0) die("rpc", rc);
+          if (i >= w) lat.push_back(us_since(t0));
+        }
+        printf("lat op=rpc size=%llu iters=%d p50_us=%.2f p99_us=%.2f\n",
+               static_cast<unsigned long long>(size), n, pct(lat, 50), pct(lat, 99));
+        fflush(stdout);
+      }
+      continue;
+    }
+    if (op == "rpc_rate") {
+      // Calls per second with 1 and 32 calls outstanding (8-byte echo).
+      for (int win : {1, 32}) {
+        std::vector<lt_req_t> ids(win);
+        std::vector<size_t> lens(win);
+        std::vector<uint64_t> reps(win);
+        uint64_t total = static_cast<uint64_t>(iters) * 4, issued = 0, done = 0;
+        auto t0 = Clock::now();
+        while (done < total) {
+          if (issued < total && issued - done < static_cast<uint64_t>(win)) {
+            size_t k = issued % win;
+            int rc = LT_RPC_async(e, peer, 1, buf.data(), 8, &reps[k], 8, &lens[k], &ids[k]);
+            if (rc != 0) die("rpc_async", rc);
+            ++issued;
+            continue;
+          }
+          if (int rc = LT_wait(e, ids[done % win], -1); rc != 0) die("rpc wait", rc);
+          ++done;
+        }
+        printf("rate op=rpc size=8 window=%d calls_per_s=%.0f\n", win,
+               static_cast<double>(total) / (us_since(t0) / 1e6));
+        fflush(stdout);
+      }
+      continue;
+    }
     if (op != "read" && op != "write") {
-      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write, fetch_add)\n", op.c_str());
+      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write, fetch_add, rpc, rpc_rate)\n",
+              op.c_str());
       continue;
     }
     bool is_read = op == "read";
