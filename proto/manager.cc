@@ -296,13 +296,7 @@ void Manager::handle(Client* c, const std::string& payload) {
           names_.erase(it);
         }
       }
-      std::string f = begin_ctl(CtlType::kNameReply);
-      wire::Writer w(&f);
-      w.u64(req);
-      w.u8(static_cast<uint8_t>(code));
-      w.u32(node);
-      finish_ctl(&f);
-      send(c, f);
+      reply(c, req, code, node);
       return;
     }
     default:

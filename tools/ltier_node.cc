@@ -79,6 +79,27 @@ int rpc_slow(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out,
   return rpc_echo(ctx, src, in, in_len, out, out_cap, out_len);
 }
 
+// Runs `body` n times on each of `threads` threads; the first error wins.
+template <typename Body>
+int run_threads(uint64_t threads, uint64_t n, Body body) {
+  std::atomic<int> first_error{0};
+  std::vector<std::thread> ts;
+  for (uint64_t t = 0; t < threads; ++t) {
+    ts.emplace_back([&] {
+      for (uint64_t i = 0; i < n; ++i) {
+        int rc = body();
+        if (rc != 0) {
+          int zero = 0;
+          first_error.compare_exchange_strong(zero, rc);
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  return first_error;
+}
+
 std::vector<unsigned char> pattern(size_t n, unsigned seed) {
   std::vector<unsigned char> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 131 + seed) >> 3);
@@ -210,23 +231,11 @@ std::string run(lt_engine_t* e, const std::string& line) {
       lt_lmr_t h = u64();
       uint64_t off = u64(), n = u64(), threads = u64();
       if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
-      std::atomic<int> first_error{0};
-      std::vector<std::thread> ts;
-      for (uint64_t t = 0; t < threads; ++t) {
-        ts.emplace_back([&] {
-          for (uint64_t i = 0; i < n; ++i) {
-            uint64_t old;
-            int rc = LT_fetch_add(e, h, off, 1, &old);
-            if (rc != 0) {
-              int zero = 0;
-              first_error.compare_exchange_strong(zero, rc);
-              return;
-            }
-          }
-        });
-      }
-      for (auto& t : ts) t.join();
-      return first_error ? err(first_error) : "ok";
+      int rc = run_threads(threads, n, [&] {
+        uint64_t old;
+        return LT_fetch_add(e, h, off, 1, &old);
+      });
+      return rc ? err(rc) : "ok";
     }
     if (cmd == "rpc") {
       lt_node_t node = static_cast<lt_node_t>(u64());
@@ -317,30 +326,18 @@ std::string run(lt_engine_t* e, const std::string& line) {
       in >> name;
       uint64_t n = u64(), threads = u64();
       if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
-      std::atomic<int> first_error{0};
-      std::vector<std::thread> ts;
-      for (uint64_t t = 0; t < threads; ++t) {
-        ts.emplace_back([&] {
-          for (uint64_t i = 0; i < n; ++i) {
-            // A deliberately non-atomic read-modify-write: only the lock
-            // keeps the count exact.
-            uint64_t v = 0;
-            int rc = LT_lock(e, name.c_str(), -1);
-            if (rc == 0) rc = LT_read(e, h, off, &v, sizeof(v));
-            ++v;
-            if (rc == 0) rc = LT_write(e, h, off, &v, sizeof(v));
-            int urc = LT_unlock(e, name.c_str());
-            if (rc == 0) rc = urc;
-            if (rc != 0) {
-              int zero = 0;
-              first_error.compare_exchange_strong(zero, rc);
-              return;
-            }
-          }
-        });
-      }
-      for (auto& t : ts) t.join();
-      return first_error ? err(first_error) : "ok";
+      int rc = run_threads(threads, n, [&] {
+        // A deliberately non-atomic read-modify-write: only the lock keeps
+        // the count exact.
+        uint64_t v = 0;
+        int r = LT_lock(e, name.c_str(), -1);
+        if (r == 0) r = LT_read(e, h, off, &v, sizeof(v));
+        ++v;
+        if (r == 0) r = LT_write(e, h, off, &v, sizeof(v));
+        int ur = LT_unlock(e, name.c_str());
+        return r != 0 ? r : ur;
+      });
+      return rc ? err(rc) : "ok";
     }
     if (cmd == "barrier_loop") {
       std::string name;

@@ -239,10 +239,12 @@ TEST_F(ThreeNodes, LockAndBarrierErrors) {
   EXPECT_EQ(c->read_line(15000), "ok");
   EXPECT_EQ(c->cmd("unlock l1"), "ok");
   // Barriers: a lone arrival times out and is withdrawn, so the next
-  // generation still needs two; a count mismatch is refused.
+  // generation still needs two arrivals (had the withdrawal failed, a's
+  // second arrival would complete it alone and c would time out). Count
+  // mismatches are tested on the manager directly (unit_proto), where the
+  // order of arrivals is deterministic.
   EXPECT_EQ(a->cmd("barrier b1 2 200"), "err LT_ERR_TIMEDOUT");
   ASSERT_TRUE(a->send("barrier b1 2 10000"));
-  EXPECT_EQ(c->cmd("barrier b1 3 1000"), "err LT_ERR_INVAL");
   EXPECT_EQ(c->cmd("barrier b1 2 10000"), "ok");
   EXPECT_EQ(a->read_line(15000), "ok");
   EXPECT_EQ(a->cmd("barrier b1 0"), "err LT_ERR_INVAL");
