@@ -440,9 +440,7 @@ void Core::fail_requests_to(NodeId peer, Code c) {
     if (r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
       if (r->peer.load() == peer) {
         // No reply will return this call's RPC credit.
-        if (r->kind == ReqKind::kRpc && peer < kMaxNodes) {
-          peers_[peer].rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
-        }
+        if (r->kind == ReqKind::kRpc) return_rpc_credit(peer);
         finish(r, c);
       } else {
         r->word.store(w);
@@ -933,6 +931,16 @@ Result<ReqId> Core::compare_swap_async(LmrHandle h, uint64_t off, uint64_t expec
 
 // ---------------------------------------------------------------- RPC
 
+// Never below zero: a reply that arrives (on a new connection) for a call
+// already failed by a peer loss must not mint an extra credit.
+void Core::return_rpc_credit(NodeId n) {
+  if (n == 0 || n >= kMaxNodes) return;
+  std::atomic<int32_t>& c = peers_[n].rpc_in_flight;
+  int32_t v = c.load(std::memory_order_acquire);
+  while (v > 0 && !c.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) {
+  }
+}
+
 Status Core::register_rpc(uint32_t func_id, RpcHandler h) {
   if (func_id > 0xffff || !h) return Code::kInvalidArg;
   std::unique_lock<std::shared_mutex> g(rpc_mu_);
@@ -949,6 +957,21 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
     return Code::kInvalidArg;
   }
   if (node == 0 || node >= kMaxNodes) return Code::kPeerDown;
+  if (node == self()) {
+    // A call to this node runs the handler here, in the caller's thread.
+    std::shared_ptr<RpcHandler> fn;
+    {
+      std::shared_lock<std::shared_mutex> g(rpc_mu_);
+      auto it = handlers_.find(func_id);
+      if (it != handlers_.end()) fn = it->second;
+    }
+    if (!fn) return done_request(Code::kNoHandler);
+    size_t n = 0;
+    Status s = (*fn)(node, std::span<const std::byte>(static_cast<const std::byte*>(in), in_len),
+                     std::span<std::byte>(static_cast<std::byte*>(out), out_cap), &n);
+    if (s.is_ok()) *out_len = n;
+    return done_request(s);
+  }
   // Credits: at most rpc_ring_slots calls outstanding at one server, so its
   // ring for us never overflows. A credit comes back with each reply.
   PeerSlot& ps = peers_[node];
@@ -1204,7 +1227,7 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   Request* r = req_at(idx);
   if (static_cast<MsgOp>(h.op) == MsgOp::kRpcReply && from < kMaxNodes) {
     // The server freed our ring slot, whether or not the call is still waited for.
-    peers_[from].rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return_rpc_credit(from);
   }
   uint64_t expect = word(gen, kStPending);
   if (r->peer.load() != from || !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {

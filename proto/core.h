@@ -180,6 +180,7 @@ class Core {
   uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const;
   void progress_loop();
   void on_member_down(NodeId n);
+  void return_rpc_credit(NodeId n);
   void on_manager_readable(int ep, std::vector<Membership::Event>* events);
 
   Config config_;

@@ -257,6 +257,9 @@ TEST_F(ThreeNodes, RpcEchoErrorsAndManyOutstanding) {
   // Every size from 0 B to past 8 MiB, checked byte for byte.
   EXPECT_EQ(a->cmd("rpc_sizes " + ids_[1] + " 8388619", 120000), "ok 37");
   EXPECT_EQ(c->cmd("rpc " + ids_[1] + " 777 00"), "err LT_ERR_NO_HANDLER");
+  // A call to the caller's own node runs the handler locally.
+  EXPECT_EQ(a->cmd("rpc " + ids_[0] + " 1 0d0e"), "ok 0d0e");
+  EXPECT_EQ(a->cmd("rpc " + ids_[0] + " 777 00"), "err LT_ERR_NO_HANDLER");
   // Reply of 10 bytes into a 4-byte buffer: the needed size comes back.
   EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 2 3130 4"), "err LT_ERR_TRUNCATED 10");
   EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 2 33 4"), "ok 01080f");
