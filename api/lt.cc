@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -242,6 +243,46 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
                           uint64_t desired, uint64_t* old, lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
   return out_rc(e->core.compare_swap_async(lmr, offset, expected, desired, old), req);
+}
+
+int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  lt::Deadline d = deadline(e);
+  for (;;) {
+    auto r = e->core.send_async(node, port, buf, len);
+    if (r.is_ok()) return rc(e->core.wait_or_cancel(r.value(), d));
+    // No credit: the receiver has not consumed enough; make progress and retry.
+    if (r.status().code() != lt::Code::kNoResource || d.expired()) return rc(r.status());
+    if (!e->core.progress()) std::this_thread::yield();
+  }
+}
+
+int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len,
+                  lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.send_async(node, port, buf, len), req);
+}
+
+int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
+            int64_t timeout_us) {
+  if (e == nullptr || src == nullptr || len == nullptr) return -LT_ERR_INVAL;
+  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us);
+  lt_node_t s = 0;
+  size_t n = 0;
+  auto r = e->core.recv_async(port, buf, cap, &s, &n);
+  if (!r.is_ok()) return rc(r.status());
+  int st = rc(e->core.wait_or_cancel(r.value(), d));
+  if (st == 0 || st == -LT_ERR_TRUNCATED) {
+    *src = s;
+    *len = n;
+  }
+  return st;
+}
+
+int LT_recv_async(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
+                  lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.recv_async(port, buf, cap, src, len), req);
 }
 
 int LT_regRPC(lt_engine_t* e, uint32_t func_id, lt_rpc_fn fn, void* ctx) {

@@ -24,8 +24,9 @@ struct TcpConfig {
   std::string listen = "127.0.0.1:0";  // address:port the node's tcp transport binds
   std::string advertise;               // address peers dial; default: the bound address
   uint32_t connect_timeout_ms = 2000;
-  uint32_t max_msg_bytes = 64u << 20;  // frames larger than this are malformed
-  uint32_t sndbuf_bytes = 4u << 20;    // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel default
+  uint32_t eager_max_bytes = 64u << 10;  // messages above this go by rendezvous
+  uint32_t max_msg_bytes = 64u << 20;    // frames larger than this are malformed
+  uint32_t sndbuf_bytes = 4u << 20;      // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel default
   uint32_t rcvbuf_bytes = 4u << 20;
   uint32_t max_queued_bytes = 256u << 20;  // per-connection send backlog before back-pressure
 };
@@ -36,8 +37,10 @@ struct EngineConfig {
   uint32_t op_timeout_ms = 10000;   // default timeout of blocking calls
   uint32_t max_outstanding = 4096;  // request slots per engine
   uint64_t max_lmr_bytes = 1ull << 34;
-  uint32_t rpc_ring_slots = 1024;  // RPC calls a client may have outstanding at one server  //
-                                   // largest single LT_malloc served by this node
+  uint32_t rpc_ring_slots = 1024;
+  uint32_t msg_credits =
+      64;  // messages a sender may have unconsumed at one receiver  // RPC calls a client may have
+           // outstanding at one server  // largest single LT_malloc served by this node
 };
 
 struct QosConfig {

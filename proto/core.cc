@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 
 #include "common/log.h"
 #include "transport/factory.h"
@@ -57,7 +58,17 @@ struct Core::LocalLmr {
   ~LocalLmr() { std::free(mem); }
 };
 
-enum class Core::ReqKind : uint8_t { kPlain, kRead, kAlloc, kMap, kCopyRead, kAtomic, kRpc };
+enum class Core::ReqKind : uint8_t {
+  kPlain,
+  kRead,
+  kAlloc,
+  kMap,
+  kCopyRead,
+  kAtomic,
+  kRpc,
+  kSendRndv,  // a rendezvous send waiting for the receiver's pull
+  kRecv,      // a receive (posted, or matched to a rendezvous and waiting for data)
+};
 
 struct Core::Request {
   uint32_t idx = 0;
@@ -77,7 +88,27 @@ struct Core::Request {
   std::unique_ptr<std::byte[]> bounce;
   std::shared_ptr<Mapping> copy_dst;
   uint64_t copy_dst_off = 0;
-  size_t* rpc_len = nullptr;  // kRpc: where the reply length goes
+  size_t* rpc_len = nullptr;            // kRpc, kRecv: where the reply/message length goes
+  NodeId* msg_src = nullptr;            // kRecv: where the sender's id goes
+  const std::byte* send_buf = nullptr;  // kSendRndv: the message
+  uint32_t msg_port = 0;                // kRecv: the port
+};
+
+// A message that arrived before a receive was posted: its bytes (eager), or
+// the sender's rendezvous request (rts).
+struct Core::Unexpected {
+  NodeId src = 0;
+  bool rts = false;
+  uint64_t len = 0;
+  uint64_t sender_req = 0;
+  std::vector<std::byte> data;
+};
+
+// Per port: messages waiting for receives and receives waiting for messages;
+// at most one of the two queues is non-empty.
+struct Core::Port {
+  std::deque<Unexpected> unexpected;
+  std::deque<PostedRecv> posted;
 };
 
 Core::Core(const Config& config)
@@ -998,6 +1029,215 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
   return id;
 }
 
+// ---------------------------------------------------------------- messaging
+
+void Core::send_credit(NodeId to) {
+  MsgCredit c{make_header(MsgOp::kMsgCredit, 0), 1, 0};
+  (void)send(to, &c, sizeof(c), nullptr, 0, default_deadline(), true);
+}
+
+// Copies an eager message into a claimed receive and completes it.
+void Core::deliver_eager(Request* r, NodeId from, std::span<const std::byte> data) {
+  Status s;
+  *r->rpc_len = data.size();
+  *r->msg_src = from;
+  if (data.size() > r->out_len) {
+    s = Code::kTruncated;
+  } else if (!data.empty()) {
+    std::memcpy(r->out, data.data(), data.size());
+  }
+  finish(r, s);
+}
+
+// Takes the oldest posted receive that is still pending (a cancelled one is
+// skipped and dropped). Caller holds msg_mu_.
+bool Core::claim_posted(Port& p, Request** out) {
+  while (!p.posted.empty()) {
+    PostedRecv pr = p.posted.front();
+    p.posted.pop_front();
+    uint32_t gen = static_cast<uint32_t>(pr.id >> 32);
+    uint64_t expect = word(gen, kStPending);
+    if (pr.r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
+      *out = pr.r;
+      return true;
+    }
+  }
+  return false;
+}
+
+Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size_t len) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if ((buf == nullptr && len != 0) || len > max_payload_ - sizeof(MsgEager)) {
+    return Code::kInvalidArg;
+  }
+  if (node == 0 || node >= kMaxNodes) return Code::kPeerDown;
+  // Credits bound what this sender can leave unconsumed at the receiver, so
+  // the receiver's store of unexpected messages stays bounded.
+  PeerSlot& ps = peers_[node];
+  int32_t used = ps.msg_in_flight.fetch_add(1, std::memory_order_acq_rel);
+  if (used >= static_cast<int32_t>(config_.engine.msg_credits)) {
+    ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return Code::kNoResource;
+  }
+  if (len <= config_.tcp.eager_max_bytes) {
+    MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
+    Status s = send(node, &m, sizeof(m), buf, len, default_deadline(), false);
+    if (!s.is_ok()) {
+      ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      return s;
+    }
+    return done_request(Status::ok());
+  }
+  ReqId id;
+  auto r = alloc_request(ReqKind::kSendRndv, node, &id);
+  if (!r) {
+    ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return r.status();
+  }
+  (*r)->send_buf = static_cast<const std::byte*>(buf);
+  (*r)->out_len = len;
+  MsgRts m{make_header(MsgOp::kMsgRts, id), port, 0, len};
+  Status s = send_request(*r, id, node, &m, sizeof(m), nullptr, 0);
+  if (!s.is_ok()) {
+    ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return s;
+  }
+  return id;
+}
+
+Result<ReqId> Core::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (src == nullptr || len == nullptr || (buf == nullptr && cap != 0)) return Code::kInvalidArg;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRecv, 0, &id);
+  if (!r) return r.status();
+  Request* req = *r;
+  req->out = static_cast<std::byte*>(buf);
+  req->out_len = cap;
+  req->rpc_len = len;
+  req->msg_src = src;
+  req->msg_port = port;
+  match_recv(req, id);
+  return id;
+}
+
+// Matches a pending receive with the oldest message waiting on its port, or
+// queues it. An eager message is copied in at once; a rendezvous one is
+// pulled from its sender (the receive then waits on that node).
+void Core::match_recv(Request* req, ReqId id) {
+  Unexpected u;
+  {
+    std::lock_guard<std::mutex> g(msg_mu_);
+    auto& p = ports_[req->msg_port];
+    if (!p) p = std::make_unique<Port>();
+    if (p->unexpected.empty()) {
+      req->peer.store(0);
+      p->posted.push_back({id, req});
+      return;
+    }
+    if (!p->unexpected.front().rts) {
+      // Claim before taking the message, so a racing cancel cannot lose it.
+      uint32_t gen = static_cast<uint32_t>(id >> 32);
+      uint64_t expect = word(gen, kStPending);
+      if (!req->word.compare_exchange_strong(expect, word(gen, kStClaimed))) return;
+    }
+    u = std::move(p->unexpected.front());
+    p->unexpected.pop_front();
+  }
+  if (!u.rts) {
+    deliver_eager(req, u.src, u.data);
+    send_credit(u.src);
+    return;
+  }
+  req->peer.store(u.src);
+  MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id};
+  Status s = send(u.src, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
+  if (!s.is_ok()) {
+    uint64_t w = req->word.load();
+    if ((w & 0xff) == kStPending &&
+        req->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
+      finish(req, s);
+    }
+  }
+}
+
+void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  switch (static_cast<MsgOp>(h.op)) {
+    case MsgOp::kMsgEager:
+    case MsgOp::kMsgRts: {
+      bool rts = h.op == static_cast<uint8_t>(MsgOp::kMsgRts);
+      uint32_t port = rts ? load<MsgRts>(b).port : load<MsgEager>(b).port;
+      Request* r = nullptr;
+      std::unique_lock<std::mutex> g(msg_mu_);
+      auto& p = ports_[port];
+      if (!p) p = std::make_unique<Port>();
+      if (!claim_posted(*p, &r)) {
+        Unexpected u;
+        u.src = from;
+        u.rts = rts;
+        if (rts) {
+          u.len = load<MsgRts>(b).len;
+          u.sender_req = h.req_id;
+        } else {
+          auto data = b.subspan(sizeof(MsgEager));
+          u.len = data.size();
+          u.data.assign(data.begin(), data.end());
+        }
+        p->unexpected.push_back(std::move(u));
+        return;
+      }
+      g.unlock();
+      if (!rts) {
+        deliver_eager(r, from, b.subspan(sizeof(MsgEager)));
+        send_credit(from);
+        return;
+      }
+      // Matched a waiting receive: pull the data into it.
+      r->peer.store(from);
+      uint64_t w = r->word.load();
+      r->word.store((w & ~uint64_t{0xff}) | kStPending, std::memory_order_release);
+      uint64_t recv_id = (w >> 8 << 32) | r->idx;
+      MsgPull pull{make_header(MsgOp::kMsgPull, h.req_id), recv_id};
+      (void)send(from, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
+      return;
+    }
+    case MsgOp::kMsgPull: {
+      // The receiver is ready: send the rendezvous data, complete our send.
+      auto q = load<MsgPull>(b);
+      uint32_t idx = static_cast<uint32_t>(h.req_id);
+      uint32_t gen = static_cast<uint32_t>(h.req_id >> 32);
+      if (idx >= num_reqs_.load(std::memory_order_acquire)) return;
+      Request* r = req_at(idx);
+      uint64_t expect = word(gen, kStPending);
+      if (r->kind != ReqKind::kSendRndv || r->peer.load() != from ||
+          !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
+        // The send was cancelled (timed out): tell the receiver, whose
+        // receive then takes the next message instead.
+        late_.fetch_add(1, std::memory_order_relaxed);
+        MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id, Code::kTimedOut);
+        (void)send(from, &d, sizeof(d), nullptr, 0, default_deadline(), true);
+        return;
+      }
+      MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id);
+      Status s = send(from, &d, sizeof(d), r->send_buf, r->out_len, default_deadline(), true);
+      finish(r, s);
+      return;
+    }
+    case MsgOp::kMsgCredit: {
+      auto c = load<MsgCredit>(b);
+      for (uint32_t i = 0; i < c.count && from < kMaxNodes; ++i) {
+        std::atomic<int32_t>& f = peers_[from].msg_in_flight;
+        int32_t v = f.load(std::memory_order_acquire);
+        while (v > 0 && !f.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) {
+        }
+      }
+      return;
+    }
+    default:
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 // ---------------------------------------------------------------- sync
 
 namespace {
@@ -1139,6 +1379,12 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
       reply_status(from, h.req_id, s);
       return;
     }
+    case MsgOp::kMsgEager:
+    case MsgOp::kMsgRts:
+    case MsgOp::kMsgPull:
+    case MsgOp::kMsgCredit:
+      serve_msg(from, h, b);
+      return;
     case MsgOp::kRpcReq: {
       auto q = load<RpcReq>(b);
       std::shared_ptr<RpcHandler> fn;
@@ -1229,6 +1475,10 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     // The server freed our ring slot, whether or not the call is still waited for.
     return_rpc_credit(from);
   }
+  if (static_cast<MsgOp>(h.op) == MsgOp::kMsgData) {
+    // The message is consumed here even if its receive was cancelled.
+    send_credit(from);
+  }
   uint64_t expect = word(gen, kStPending);
   if (r->peer.load() != from || !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
     late_.fetch_add(1, std::memory_order_relaxed);
@@ -1236,6 +1486,12 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   }
   Status s = static_cast<Code>(h.status);
   auto op = static_cast<MsgOp>(h.op);
+  if (r->kind == ReqKind::kRecv && op == MsgOp::kMsgData && !s.is_ok()) {
+    // The sender withdrew its rendezvous message: wait for the next one.
+    r->word.store(word(gen, kStPending), std::memory_order_release);
+    match_recv(r, h.req_id);
+    return;
+  }
   if (s.is_ok()) {
     switch (r->kind) {
       case ReqKind::kRead:
@@ -1259,6 +1515,24 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
         } else {
           r->mapr = load<MapReply>(b);
         }
+        break;
+      case ReqKind::kRecv: {
+        if (op != MsgOp::kMsgData) {
+          s = Code::kMalformed;
+          break;
+        }
+        auto data = b.subspan(sizeof(MsgHeader));
+        *r->rpc_len = data.size();
+        *r->msg_src = from;
+        if (data.size() > r->out_len) {
+          s = Code::kTruncated;
+        } else if (!data.empty()) {
+          std::memcpy(r->out, data.data(), data.size());
+        }
+        break;
+      }
+      case ReqKind::kSendRndv:
+        s = Code::kMalformed;
         break;
       case ReqKind::kRpc: {
         if (op != MsgOp::kRpcReply) {

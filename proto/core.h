@@ -109,6 +109,17 @@ class Core {
   Result<ReqId> rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len, void* out,
                           size_t out_cap, size_t* out_len);
 
+  /// Messaging. send_async: eager up to tcp.eager_max_bytes (buf is free
+  /// when it returns), rendezvous above (buf must stay valid until the
+  /// request completes). Order is kept per (source, port). Each destination
+  /// grants engine.msg_credits unconsumed messages; without a credit:
+  /// kNoResource (nothing sent). kInvalidArg above tcp.max_msg_bytes.
+  Result<ReqId> send_async(NodeId node, uint32_t port, const void* buf, size_t len);
+  /// Receives the next message on `port` from any node. On completion
+  /// *src and *len are set; kTruncated (with *len the needed size; the
+  /// message is consumed) when it exceeds cap.
+  Result<ReqId> recv_async(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len);
+
   /// Waits for `id`; returns the operation's status and frees the request.
   /// kTimedOut leaves the request in flight (wait again, or cancel()).
   Status wait(ReqId id, Deadline d);
@@ -180,6 +191,17 @@ class Core {
   uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const;
   void progress_loop();
   void on_member_down(NodeId n);
+  struct Unexpected;
+  struct PostedRecv {
+    ReqId id;
+    Request* r;
+  };
+  struct Port;
+  void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
+  void send_credit(NodeId to);
+  void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  bool claim_posted(Port& p, Request** out);
+  void match_recv(Request* req, ReqId id);
   void return_rpc_credit(NodeId n);
   void on_manager_readable(int ep, std::vector<Membership::Event>* events);
 
@@ -212,10 +234,13 @@ class Core {
     std::atomic<transport::Endpoint*> ep{nullptr};
     std::atomic<bool> down{false};
     std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
+    std::atomic<int32_t> msg_in_flight{0};  // message credits used at this receiver
   };
   std::shared_mutex rpc_mu_;  // handlers_ is read per call, written at registration
   std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;
   std::vector<std::byte> rpc_out_;  // reply scratch; used by the progress token holder
+  std::mutex msg_mu_;               // guards ports_ (short sections, no syscalls)
+  std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
   std::unique_ptr<PeerSlot[]> peers_;
   std::mutex connect_mu_;
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;  // owned; never freed early

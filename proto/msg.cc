@@ -41,6 +41,21 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kRpcReq:
       *s = {sizeof(RpcReq), true};
       return true;
+    case MsgOp::kMsgEager:
+      *s = {sizeof(MsgEager), true};
+      return true;
+    case MsgOp::kMsgRts:
+      *s = {sizeof(MsgRts), false};
+      return true;
+    case MsgOp::kMsgPull:
+      *s = {sizeof(MsgPull), false};
+      return true;
+    case MsgOp::kMsgCredit:
+      *s = {sizeof(MsgCredit), false};
+      return true;
+    case MsgOp::kMsgData:
+      *s = {sizeof(MsgHeader), true};
+      return true;
     case MsgOp::kRpcReply:
       *s = {sizeof(MsgHeader), true};
       return true;

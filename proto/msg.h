@@ -22,12 +22,18 @@ enum class MsgOp : uint8_t {
   kFreeReq = 6,
   kMapReq = 7,
   kAtomicReq = 8,
-  kRpcReq = 9,  // RpcReq + the request bytes
-  kReply = 64,  // generic reply: MsgHeader (+ read data)
+  kRpcReq = 9,      // RpcReq + the request bytes
+  kMsgEager = 10,   // MsgEager + the message bytes
+  kMsgRts = 11,     // MsgRts: a rendezvous message is waiting at the sender
+  kMsgPull = 12,    // MsgPull: the receiver has a buffer; send the data
+  kMsgCredit = 13,  // MsgCredit: the receiver consumed messages
+  kReply = 64,      // generic reply: MsgHeader (+ read data)
   kAllocReply = 65,
   kMapReply = 66,
   kAtomicReply = 67,
-  kRpcReply = 68,  // MsgHeader + the reply bytes; status kNoHandler etc. on failure
+  kRpcReply = 68,
+  kMsgData = 69,  // MsgHeader (req_id: the receiver's recv) + the rendezvous data  // MsgHeader +
+                  // the reply bytes; status kNoHandler etc. on failure
 };
 
 /// LMR rights, as in lt.h.
@@ -138,6 +144,34 @@ struct RpcReq {
   uint32_t slot;  // the caller's ring slot at the server (credit index)
 };
 static_assert(sizeof(RpcReq) == 24);
+
+struct MsgEager {
+  MsgHeader h;    // req_id unused (zero)
+  uint32_t port;  // destination port
+  uint32_t pad;   // zero
+};
+static_assert(sizeof(MsgEager) == 24);
+
+struct MsgRts {
+  MsgHeader h;    // req_id: the sender's request, named again by MsgPull
+  uint32_t port;  // destination port
+  uint32_t pad;   // zero
+  uint64_t len;   // message length
+};
+static_assert(sizeof(MsgRts) == 32);
+
+struct MsgPull {
+  MsgHeader h;       // req_id: the sender's request (from MsgRts)
+  uint64_t recv_id;  // the receiver's recv request; MsgData carries it back
+};
+static_assert(sizeof(MsgPull) == 24);
+
+struct MsgCredit {
+  MsgHeader h;     // req_id unused (zero)
+  uint32_t count;  // messages consumed since the last credit message (>= 1)
+  uint32_t pad;    // zero
+};
+static_assert(sizeof(MsgCredit) == 24);
 
 /// Checks version and opcode of the message in `b` and that it is at least
 /// as long as its fixed part (exactly, for ops without a tail). kMalformed

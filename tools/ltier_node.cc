@@ -34,17 +34,27 @@
 // Every node serves RPC functions 1 (echo), 2 (reply of the length given as
 // a decimal string: bytes i*7+1) and 3 (sleeps 300 ms, then echoes: for
 // timeout tests only; handlers must not block).
+//   send NODE PORT HEX          -> ok             (LT_send)
+//   recv PORT CAP [TIMEOUT_MS]  -> ok SRC HEX     (LT_recv; err LT_ERR_TRUNCATED NEEDED)
+//   send_seq NODE PORT COUNT SIZE -> ok           (COUNT messages of SIZE bytes: sequence
+//                                                 number, then a pattern of it)
+//   recv_seq PORT COUNT SIZE    -> ok             (COUNT such messages from any senders;
+//                                                 checks content and per-sender order)
+//   send_async_n NODE PORT COUNT -> ok SENT [again] (8-byte LT_send_async until COUNT
+//                                                 or LT_ERR_AGAIN, then waits for them)
 //   (RIGHTS letters: r read, w write, a atomic)
 //   quit
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -236,6 +246,89 @@ std::string run(lt_engine_t* e, const std::string& line) {
         return LT_fetch_add(e, h, off, 1, &old);
       });
       return rc ? err(rc) : "ok";
+    }
+    if (cmd == "send") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint32_t port = static_cast<uint32_t>(u64());
+      std::string hex;
+      in >> hex;
+      std::vector<unsigned char> m;
+      if (hex != "-" && !from_hex(hex, &m)) return "err LT_ERR_INVAL";
+      int rc = LT_send(e, node, port, m.data(), m.size());
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "recv") {
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t cap = u64();
+      std::string t;
+      int64_t timeout_us = (in >> t) ? static_cast<int64_t>(std::stoll(t)) * 1000 : -1;
+      std::vector<unsigned char> m(cap);
+      lt_node_t src = 0;
+      size_t n = 0;
+      int rc = LT_recv(e, port, m.data(), cap, &src, &n, timeout_us);
+      if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
+      if (rc) return err(rc);
+      m.resize(n);
+      return "ok " + std::to_string(src) + " " + (n ? to_hex(m) : std::string("-"));
+    }
+    if (cmd == "send_seq") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t count = u64(), size = std::max<uint64_t>(8, u64());
+      for (uint64_t i = 0; i < count; ++i) {
+        auto m = pattern(size, static_cast<unsigned>(i));
+        std::memcpy(m.data(), &i, sizeof(i));
+        int rc = LT_send(e, node, port, m.data(), size);
+        if (rc) return err(rc) + " at " + std::to_string(i);
+      }
+      return "ok";
+    }
+    if (cmd == "recv_seq") {
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t count = u64(), size = std::max<uint64_t>(8, u64());
+      std::map<lt_node_t, uint64_t> next;
+      std::vector<unsigned char> m(size);
+      for (uint64_t i = 0; i < count; ++i) {
+        lt_node_t src = 0;
+        size_t n = 0;
+        int rc = LT_recv(e, port, m.data(), size, &src, &n, -1);
+        if (rc) return err(rc) + " at " + std::to_string(i);
+        uint64_t seq;
+        std::memcpy(&seq, m.data(), sizeof(seq));
+        auto want = pattern(size, static_cast<unsigned>(seq));
+        if (n != size || std::memcmp(m.data() + 8, want.data() + 8, size - 8) != 0) {
+          return "err content of message " + std::to_string(seq) + " from " + std::to_string(src);
+        }
+        if (seq != next[src]) {
+          return "err order: from node " + std::to_string(src) + " got " + std::to_string(seq) +
+                 " expected " + std::to_string(next[src]);
+        }
+        ++next[src];
+      }
+      return "ok";
+    }
+    if (cmd == "send_async_n") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t count = u64();
+      std::vector<uint64_t> vals(count);
+      std::vector<lt_req_t> ids;
+      bool again = false;
+      for (uint64_t i = 0; i < count; ++i) {
+        vals[i] = i;
+        lt_req_t id;
+        int rc = LT_send_async(e, node, port, &vals[i], 8, &id);
+        if (rc == -LT_ERR_AGAIN) {
+          again = true;
+          break;
+        }
+        if (rc) return err(rc);
+        ids.push_back(id);
+      }
+      for (lt_req_t id : ids) {
+        if (int rc = LT_wait(e, id, -1); rc) return err(rc);
+      }
+      return "ok " + std::to_string(ids.size()) + (again ? " again" : "");
     }
     if (cmd == "rpc") {
       lt_node_t node = static_cast<lt_node_t>(u64());

@@ -278,6 +278,56 @@ TEST_F(ThreeNodes, RpcEchoErrorsAndManyOutstanding) {
   EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 ff", 15000), "err LT_ERR_PEER_DOWN");
 }
 
+// Messages from two senders, eager and rendezvous sizes, keep per-sender
+// order and content.
+TEST_F(ThreeNodes, MessagesKeepOrderPerSourceAndPort) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  ASSERT_TRUE(a->send("send_seq " + ids_[1] + " 6 150 100"));
+  ASSERT_TRUE(c->send("send_seq " + ids_[1] + " 6 150 100"));
+  EXPECT_EQ(b->cmd("recv_seq 6 300 100", 60000), "ok");
+  EXPECT_EQ(a->read_line(60000), "ok");
+  EXPECT_EQ(c->read_line(60000), "ok");
+  // Above tcp.eager_max_bytes (64 KiB): rendezvous.
+  ASSERT_TRUE(a->send("send_seq " + ids_[1] + " 7 12 300000"));
+  ASSERT_TRUE(c->send("send_seq " + ids_[1] + " 7 12 300000"));
+  EXPECT_EQ(b->cmd("recv_seq 7 24 300000", 60000), "ok");
+  EXPECT_EQ(a->read_line(60000), "ok");
+  EXPECT_EQ(c->read_line(60000), "ok");
+  // Exact bytes, empty messages, and truncation (the message is consumed).
+  EXPECT_EQ(a->cmd("send " + ids_[1] + " 8 0a0b0c"), "ok");
+  EXPECT_EQ(a->cmd("send " + ids_[1] + " 8 -"), "ok");
+  EXPECT_EQ(a->cmd("send " + ids_[1] + " 8 01020304"), "ok");
+  EXPECT_EQ(b->cmd("recv 8 16"), "ok " + ids_[0] + " 0a0b0c");
+  EXPECT_EQ(b->cmd("recv 8 16"), "ok " + ids_[0] + " -");
+  EXPECT_EQ(b->cmd("recv 8 2"), "err LT_ERR_TRUNCATED 4");
+  // A receive that times out does not eat the message sent after it.
+  EXPECT_EQ(b->cmd("recv 8 16 100"), "err LT_ERR_TIMEDOUT");
+  EXPECT_EQ(a->cmd("send " + ids_[1] + " 8 ee"), "ok");
+  EXPECT_EQ(b->cmd("recv 8 16"), "ok " + ids_[0] + " ee");
+}
+
+// A receiver that stops receiving pushes back: async sends get LT_ERR_AGAIN
+// after engine.msg_credits unconsumed messages, blocking sends wait, and
+// nothing is dropped.
+TEST_F(ThreeNodes, ReceiverBackPressure) {
+  Proc *a = nodes_[0], *b = nodes_[1];
+  EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1000"), "ok 64 again");
+  EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1"), "ok 0 again");
+  // A blocking sender waits for credits while b drains everything.
+  ASSERT_TRUE(a->send("send_seq " + ids_[1] + " 9 100 8"));
+  for (int i = 0; i < 64; ++i) {
+    std::string r = b->cmd("recv 9 8");
+    ASSERT_EQ(r.rfind("ok " + ids_[0] + " ", 0), 0u) << i << ": " << r;
+  }
+  EXPECT_EQ(b->cmd("recv_seq 9 100 8", 60000), "ok");
+  EXPECT_EQ(a->read_line(60000), "ok");
+  // A rendezvous send that times out is withdrawn: the receive takes the
+  // next message instead of waiting for the withdrawn one.
+  EXPECT_EQ(a->cmd("send_seq " + ids_[1] + " 10 1 300000", 30000).rfind("err", 0), 0u);
+  EXPECT_EQ(a->cmd("send " + ids_[1] + " 10 abcd"), "ok");
+  EXPECT_EQ(b->cmd("recv 10 400000"), "ok " + ids_[0] + " abcd");
+}
+
 TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));

@@ -118,6 +118,27 @@ int LT_fetch_add_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t a
 int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
                           uint64_t desired, uint64_t* old, lt_req_t* req);
 
+/* Messaging to (node, port). Messages up to tcp.eager_max_bytes go eagerly
+ * (copied into the receiver's store if no receive is waiting); larger ones by
+ * rendezvous (the receiver pulls them once a receive matches, straight from
+ * the sender's buffer). Order is kept per (source, port). A sender may leave
+ * engine.msg_credits messages unconsumed at one receiver: then LT_send waits
+ * and LT_send_async returns -LT_ERR_AGAIN (nothing is sent or dropped).
+ * LT_send returns when buf may be reused. -LT_ERR_INVAL above
+ * tcp.max_msg_bytes. */
+int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len);
+/* buf must stay valid until the request completes (rendezvous). */
+int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len,
+                  lt_req_t* req);
+/* Receives the next message on `port` from any node, waiting up to
+ * timeout_us (negative: engine.op_timeout_ms). *src and *len are set; a
+ * message longer than cap gives -LT_ERR_TRUNCATED with *len the needed size
+ * (the message is consumed). */
+int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
+            int64_t timeout_us);
+int LT_recv_async(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
+                  lt_req_t* req);
+
 /* RPC (LITE's). A handler reads `in`, writes at most out_cap bytes to `out`,
  * sets *out_len and returns 0 or a negative LT_ERR_* code, which the caller
  * receives. Handlers run on the engine's progress thread: they must not

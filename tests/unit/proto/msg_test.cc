@@ -30,6 +30,11 @@ const Shape kShapes[] = {
     {MsgOp::kAtomicReq, sizeof(AtomicReq), false},
     {MsgOp::kRpcReq, sizeof(RpcReq), true},
     {MsgOp::kRpcReply, sizeof(MsgHeader), true},
+    {MsgOp::kMsgEager, sizeof(MsgEager), true},
+    {MsgOp::kMsgRts, sizeof(MsgRts), false},
+    {MsgOp::kMsgPull, sizeof(MsgPull), false},
+    {MsgOp::kMsgCredit, sizeof(MsgCredit), false},
+    {MsgOp::kMsgData, sizeof(MsgHeader), true},
     {MsgOp::kAtomicReply, sizeof(AtomicReply), false},
 };
 
