@@ -1209,8 +1209,14 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
       if (idx >= num_reqs_.load(std::memory_order_acquire)) return;
       Request* r = req_at(idx);
       uint64_t expect = word(gen, kStPending);
-      if (r->kind != ReqKind::kSendRndv || r->peer.load() != from ||
-          !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
+      // Claim first: only then are the request's plain fields ours to read.
+      bool claimed =
+          r->peer.load() == from && r->word.compare_exchange_strong(expect, word(gen, kStClaimed));
+      if (claimed && r->kind != ReqKind::kSendRndv) {
+        r->word.store(word(gen, kStPending), std::memory_order_release);  // not a send: undo
+        claimed = false;
+      }
+      if (!claimed) {
         // The send was cancelled (timed out): tell the receiver, whose
         // receive then takes the next message instead.
         late_.fetch_add(1, std::memory_order_relaxed);
