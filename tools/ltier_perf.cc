@@ -12,8 +12,11 @@
 //   lat op=fetch_add size=8 iters=N p50_us=X p99_us=Y  (LT_fetch_add round trip)
 //   lat op=rpc size=S iters=N p50_us=X p99_us=Y        (LT_RPC echo, S bytes each way)
 //   rate op=rpc size=8 window=W calls_per_s=X          (W calls outstanding)
+//   lat op=send size=S ...                             (LT_send + LT_recv of the echo)
+//   bw op=send size=S window=1 MBps=X                  (back-to-back LT_send, with --bw)
 //
-//   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate] [--sizes 8,4096,65536,1048576] [--iters N]
+//   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,send] [--sizes 8,4096,65536,1048576]
+//   [--iters N]
 //              [--warmup N] [--bw] [--window W] [--join] [--join-tries N]
 #include <fcntl.h>
 #include <signal.h>
@@ -90,9 +93,30 @@ int serve_node_main(const std::string& manager, const std::string& secret) {
   int rc = LT_join(&o, &e);
   if (rc != 0) die("server join", rc);
   if ((rc = LT_regRPC(e, 1, rpc_echo, nullptr)) != 0) die("server LT_regRPC", rc);
+  // Messaging peers: port 1 echoes to the sender's port 2; port 3 is a sink
+  // that answers an empty message with an empty message on port 4.
+  std::atomic<bool> stop{false};
+  auto loop = [&](uint32_t port) {
+    std::vector<char> m(8u << 20);
+    while (!stop.load()) {
+      lt_node_t src = 0;
+      size_t n = 0;
+      int r = LT_recv(e, port, m.data(), m.size(), &src, &n, 100000);
+      if (r != 0) continue;
+      if (port == 1) {
+        (void)LT_send(e, src, 2, m.data(), n);
+      } else if (n == 0) {
+        (void)LT_send(e, src, 4, nullptr, 0);
+      }
+    }
+  };
+  std::thread echo(loop, 1), sink(loop, 3);
   char c;
   while (read(0, &c, 1) > 0) {
   }
+  stop.store(true);
+  echo.join();
+  sink.join();
   LT_leave(e);
   return 0;
 }
@@ -213,10 +237,11 @@ int main(int argc, char** argv) {
     } else if (a == "--join") {
       join = true;
     } else {
-      fprintf(stderr,
-              "usage: ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate] [--sizes 8,4096,...] "
-              "[--iters N] "
-              "[--warmup N] [--bw] [--window W] [--join] [--join-tries N]\n");
+      fprintf(
+          stderr,
+          "usage: ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,send] [--sizes 8,4096,...] "
+          "[--iters N] "
+          "[--warmup N] [--bw] [--window W] [--join] [--join-tries N]\n");
       return 2;
     }
   }
@@ -279,6 +304,49 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (op == "send") {
+      // Message ping-pong (round trip: LT_send there, LT_recv of the echo),
+      // then bandwidth: back-to-back messages, one empty message to close.
+      for (uint64_t size : sizes) {
+        int n = size > 4096 ? std::max(200, static_cast<int>(iters * 4096.0 / size)) : iters;
+        n = std::min(n, iters);
+        int w = warmup >= 0 ? warmup : n / 10 + 1;
+        std::vector<double> lat;
+        std::vector<char> back(size + 1);
+        for (int i = 0; i < w + n; ++i) {
+          lt_node_t src = 0;
+          size_t got = 0;
+          auto t0 = Clock::now();
+          int rc = LT_send(e, peer, 1, buf.data(), size);
+          if (rc == 0) rc = LT_recv(e, 2, back.data(), back.size(), &src, &got, -1);
+          if (rc != 0) die("send/recv", rc);
+          if (i >= w) lat.push_back(us_since(t0));
+        }
+        printf("lat op=send size=%llu iters=%d p50_us=%.2f p99_us=%.2f\n",
+               static_cast<unsigned long long>(size), n, pct(lat, 50), pct(lat, 99));
+        fflush(stdout);
+      }
+      if (bw) {
+        for (uint64_t size : sizes) {
+          if (size < 4096) continue;
+          uint64_t total =
+              std::min<uint64_t>(20000, std::max<uint64_t>(200, (256ull << 20) / size));
+          auto t0 = Clock::now();
+          for (uint64_t i = 0; i < total; ++i) {
+            if (int rc = LT_send(e, peer, 3, buf.data(), size); rc != 0) die("send", rc);
+          }
+          lt_node_t src = 0;
+          size_t got = 0;
+          char z;
+          if (int rc = LT_send(e, peer, 3, nullptr, 0); rc != 0) die("send", rc);
+          if (int rc = LT_recv(e, 4, &z, 1, &src, &got, -1); rc != 0) die("recv", rc);
+          printf("bw op=send size=%llu window=1 MBps=%.1f\n", static_cast<unsigned long long>(size),
+                 static_cast<double>(total * size) / (us_since(t0) / 1e6) / 1e6);
+          fflush(stdout);
+        }
+      }
+      continue;
+    }
     if (op == "rpc_rate") {
       // Calls per second with 1 and 32 calls outstanding (8-byte echo).
       for (int win : {1, 32}) {
@@ -305,7 +373,7 @@ int main(int argc, char** argv) {
       continue;
     }
     if (op != "read" && op != "write") {
-      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write, fetch_add, rpc, rpc_rate)\n",
+      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write, fetch_add, rpc, rpc_rate, send)\n",
               op.c_str());
       continue;
     }
@@ -330,6 +398,7 @@ int main(int argc, char** argv) {
   }
   if (bw) {
     for (const auto& op : ops) {
+      if (op != "read" && op != "write") continue;  // the others report their own
       bool is_read = op == "read";
       for (uint64_t size : sizes) {
         if (size < 65536) continue;
