@@ -1033,6 +1033,11 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
 
 void Core::send_credit(NodeId to) {
   MsgCredit c{make_header(MsgOp::kMsgCredit, 0), 1, 0};
+  if (to == self()) {
+    serve_msg(to, c.h,
+              std::span<const std::byte>(reinterpret_cast<const std::byte*>(&c), sizeof(c)));
+    return;
+  }
   (void)send(to, &c, sizeof(c), nullptr, 0, default_deadline(), true);
 }
 
@@ -1079,14 +1084,34 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
     ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
     return Code::kNoResource;
   }
-  if (len <= config_.tcp.eager_max_bytes) {
-    MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
-    Status s = send(node, &m, sizeof(m), buf, len, default_deadline(), false);
-    if (!s.is_ok()) {
+  if (len <= config_.tcp.eager_max_bytes || node == self()) {
+    // The request comes first: once the message is out, the call succeeds.
+    ReqId id;
+    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    if (!r) {
       ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      return r.status();
+    }
+    MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
+    Status s;
+    if (node == self()) {
+      // To this node: delivered here, whatever the size (one copy).
+      std::vector<std::byte> msg(sizeof(m) + len);
+      std::memcpy(msg.data(), &m, sizeof(m));
+      if (len) std::memcpy(msg.data() + sizeof(m), buf, len);
+      serve_msg(node, m.h, msg);
+    } else {
+      s = send(node, &m, sizeof(m), buf, len, default_deadline(), false);
+    }
+    if (!s.is_ok()) ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    uint64_t w = (*r)->word.load();
+    (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
+    if (!s.is_ok()) {
+      release(*r);
       return s;
     }
-    return done_request(Status::ok());
+    finish(*r, Status::ok());
+    return id;
   }
   ReqId id;
   auto r = alloc_request(ReqKind::kSendRndv, node, &id);

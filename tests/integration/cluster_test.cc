@@ -300,6 +300,12 @@ TEST_F(ThreeNodes, MessagesKeepOrderPerSourceAndPort) {
   EXPECT_EQ(b->cmd("recv 8 16"), "ok " + ids_[0] + " 0a0b0c");
   EXPECT_EQ(b->cmd("recv 8 16"), "ok " + ids_[0] + " -");
   EXPECT_EQ(b->cmd("recv 8 2"), "err LT_ERR_TRUNCATED 4");
+  // Messages to the sender's own node, small and above the eager limit.
+  EXPECT_EQ(a->cmd("send " + ids_[0] + " 11 c0de"), "ok");
+  EXPECT_EQ(a->cmd("recv 11 16"), "ok " + ids_[0] + " c0de");
+  ASSERT_TRUE(a->send("send_seq " + ids_[0] + " 12 3 300000"));
+  EXPECT_EQ(a->read_line(30000), "ok");
+  EXPECT_EQ(a->cmd("recv_seq 12 3 300000"), "ok");
   // A receive that times out does not eat the message sent after it.
   EXPECT_EQ(b->cmd("recv 8 16 100"), "err LT_ERR_TIMEDOUT");
   EXPECT_EQ(a->cmd("send " + ids_[1] + " 8 ee"), "ok");
