@@ -462,6 +462,18 @@ void run_ring(const std::vector<std::string>& extra) {
 
 TEST(Tools, LtierRunRing) { run_ring({}); }
 
+// LITE's applications on the public API, run as a user would with ltier-run.
+TEST(Examples, AtomicLogAndKvStoreUnderLtierRun) {
+  for (const char* ex : {"atomic_log", "kv_store"}) {
+    Proc p({Cluster::bin("ltier-run"), "-n", "3", "--timeout", "90", "--",
+            std::string(LTIER_EXAMPLES_DIR) + "/" + ex},
+           {});
+    std::string out, line;
+    while ((line = p.read_line(120000)) != "EOF" && line != "TIMEOUT") out += line + "\n";
+    EXPECT_EQ(p.wait_exit(10000), 0) << ex << " printed:\n" << out;
+  }
+}
+
 TEST(Tools, LtierRunRingInNamespaces) {
   if (system("ip netns add ltier-run-probe >/dev/null 2>&1") != 0) {
     fprintf(stderr, "\n*** SKIPPED LOUDLY: ltier-run --netns: `ip netns add` refused ***\n\n");
