@@ -301,6 +301,42 @@ int LT_regRPC(lt_engine_t* e, uint32_t func_id, lt_rpc_fn fn, void* ctx) {
                            }));
 }
 
+int LT_regRPC_loop(lt_engine_t* e, uint32_t func_id) {
+  if (e == nullptr) return -LT_ERR_INVAL;
+  return rc(e->core.register_rpc_queue(func_id));
+}
+
+int LT_recvRPC(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src, size_t* len,
+               lt_rpc_token_t* token, int64_t timeout_us) {
+  if (e == nullptr || src == nullptr || len == nullptr || token == nullptr) return -LT_ERR_INVAL;
+  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us);
+  lt_node_t s = 0;
+  size_t n = 0;
+  uint64_t t = 0;
+  auto r = e->core.recv_rpc_async(func_id, buf, cap, &s, &n, &t);
+  if (!r.is_ok()) return rc(r.status());
+  int st = rc(e->core.wait_or_cancel(r.value(), d));
+  if (st == 0 || st == -LT_ERR_TRUNCATED) {
+    *src = s;
+    *len = n;
+  }
+  if (st == 0) *token = t;
+  return st;
+}
+
+int LT_recvRPC_async(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src,
+                     size_t* len, lt_rpc_token_t* token, lt_req_t* req) {
+  if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.recv_rpc_async(func_id, buf, cap, src, len, token), req);
+}
+
+int LT_replyRPC(lt_engine_t* e, lt_rpc_token_t token, const void* out, size_t out_len, int status) {
+  if (e == nullptr || status > 0 || status < -static_cast<int>(lt::kNumCodes - 1)) {
+    return -LT_ERR_INVAL;
+  }
+  return rc(e->core.reply_rpc(token, out, out_len, lt::Status(static_cast<lt::Code>(-status))));
+}
+
 int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
            void* out, size_t out_cap, size_t* out_len) {
   if (e == nullptr || out_len == nullptr) return -LT_ERR_INVAL;

@@ -57,6 +57,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"engine.msg_credits", "LTIER_MSG_CREDITS",
        "LT_send: messages a sender may have unconsumed at one receiver (bounds its store)", K::kU32,
        &c.engine.msg_credits},
+      {"engine.rpc_workers", "LTIER_RPC_WORKERS",
+       "threads that run RPC handlers; 0 runs them on the progress thread (handlers must then "
+       "not block)",
+       K::kU32, &c.engine.rpc_workers},
       {"qos.tenant", "LTIER_TENANT", "tenant this process joins as", K::kString, &c.qos.tenant},
       {"qos.max_outstanding_ops", "LTIER_MAX_OUTSTANDING_OPS",
        "tenant quota on operations in flight (LT_ERR_QUOTA above it)", K::kU32,

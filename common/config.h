@@ -32,15 +32,14 @@ struct TcpConfig {
 };
 
 struct EngineConfig {
-  uint32_t spin_us = 50;            // a waiter spins this long before it blocks
-  uint32_t progress_spin_us = 30;   // after serving a peer, the progress thread polls this long
-  uint32_t op_timeout_ms = 10000;   // default timeout of blocking calls
-  uint32_t max_outstanding = 4096;  // request slots per engine
-  uint64_t max_lmr_bytes = 1ull << 34;
-  uint32_t rpc_ring_slots = 1024;
-  uint32_t msg_credits =
-      64;  // messages a sender may have unconsumed at one receiver  // RPC calls a client may have
-           // outstanding at one server  // largest single LT_malloc served by this node
+  uint32_t spin_us = 50;                // a waiter spins this long before it blocks
+  uint32_t progress_spin_us = 30;       // after serving a peer, the progress thread polls this long
+  uint32_t op_timeout_ms = 10000;       // default timeout of blocking calls
+  uint32_t max_outstanding = 4096;      // request slots per engine
+  uint64_t max_lmr_bytes = 1ull << 34;  // largest single LT_malloc served by this node
+  uint32_t rpc_ring_slots = 1024;       // RPC calls a client may have outstanding at one server
+  uint32_t msg_credits = 64;            // messages a sender may have unconsumed at one receiver
+  uint32_t rpc_workers = 0;             // handler threads; 0 runs handlers on the progress thread
 };
 
 struct QosConfig {

@@ -68,6 +68,7 @@ enum class Core::ReqKind : uint8_t {
   kRpc,
   kSendRndv,  // a rendezvous send waiting for the receiver's pull
   kRecv,      // a receive (posted, or matched to a rendezvous and waiting for data)
+  kRpcRecv,   // a server-loop receive of an RPC request (recv_rpc_async)
 };
 
 struct Core::Request {
@@ -92,6 +93,29 @@ struct Core::Request {
   NodeId* msg_src = nullptr;            // kRecv: where the sender's id goes
   const std::byte* send_buf = nullptr;  // kSendRndv: the message
   uint32_t msg_port = 0;                // kRecv: the port
+  uint64_t* rpc_token = nullptr;        // kRpcRecv: where the reply token goes
+};
+
+// An RPC request waiting for a server-loop receive (LT_recvRPC).
+struct Core::QueuedRpc {
+  NodeId src = 0;
+  uint64_t caller_req = 0;
+  std::vector<std::byte> data;
+};
+
+// Per server-loop function id: requests waiting for receives and receives
+// waiting for requests; at most one of the two queues is non-empty.
+struct Core::RpcQueue {
+  std::deque<QueuedRpc> waiting;
+  std::deque<PostedRecv> posted;
+};
+
+// A request for a handler on the worker pool.
+struct Core::RpcJob {
+  NodeId src = 0;
+  uint64_t caller_req = 0;
+  std::shared_ptr<RpcHandler> fn;
+  std::vector<std::byte> in;
 };
 
 // A message that arrived before a receive was posted: its bytes (eager), or
@@ -155,6 +179,9 @@ Status Core::join() {
   running_.store(true);
   joined_.store(true);
   progress_thread_ = std::thread([this] { progress_loop(); });
+  for (uint32_t i = 0; i < config_.engine.rpc_workers; ++i) {
+    rpc_workers_.emplace_back([this] { rpc_worker_loop(); });
+  }
   LT_INFO("joined as node %u, tcp %s", membership_.self(), transport_->local_address().c_str());
   return Status::ok();
 }
@@ -162,6 +189,13 @@ Status Core::join() {
 void Core::leave() {
   if (!joined_.exchange(false)) return;
   membership_.leave();
+  {
+    std::lock_guard<std::mutex> g(jobs_mu_);
+    jobs_stop_ = true;
+  }
+  jobs_cv_.notify_all();
+  for (auto& t : rpc_workers_) t.join();
+  rpc_workers_.clear();
   running_.store(false);
   uint64_t one = 1;
   ssize_t w = write(wake_fd_, &one, sizeof(one));
@@ -248,6 +282,185 @@ void Core::on_member_down(NodeId n) {
 }
 
 // ---------------------------------------------------------------- progress
+
+// ---------------------------------------------------------------- RPC serving
+
+void Core::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
+                   std::span<const std::byte> in, std::span<std::byte> out) {
+  size_t n = 0;
+  Status s = fn(from, in, out, &n);
+  if (s.is_ok() && n > out.size()) s = Code::kInternal;
+  MsgHeader rh = make_header(MsgOp::kRpcReply, caller_req, s.code());
+  (void)send(from, &rh, sizeof(rh), s.is_ok() ? out.data() : nullptr, s.is_ok() ? n : 0,
+             default_deadline(), true);
+}
+
+void Core::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  auto q = load<RpcReq>(b);
+  auto in = b.subspan(sizeof(RpcReq));
+  std::shared_ptr<RpcHandler> fn;
+  RpcQueue* queue = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> g(rpc_mu_);
+    auto it = handlers_.find(q.func);
+    if (it != handlers_.end()) {
+      fn = it->second;
+    } else if (auto qi = rpc_queues_.find(q.func); qi != rpc_queues_.end()) {
+      queue = qi->second.get();
+    }
+  }
+  if (fn && !rpc_workers_.empty()) {
+    RpcJob job{from, h.req_id, std::move(fn), std::vector<std::byte>(in.begin(), in.end())};
+    {
+      std::lock_guard<std::mutex> g(jobs_mu_);
+      jobs_.push_back(std::move(job));
+    }
+    jobs_cv_.notify_one();
+    return;
+  }
+  if (fn) {
+    if (!rpc_out_) {
+      rpc_out_cap_ = max_payload_ - sizeof(MsgHeader);
+      rpc_out_.reset(new std::byte[rpc_out_cap_]);  // not zeroed: pages stay untouched
+    }
+    run_rpc(from, h.req_id, *fn, in, std::span<std::byte>(rpc_out_.get(), rpc_out_cap_));
+    return;
+  }
+  if (queue == nullptr) {
+    MsgHeader rh = make_header(MsgOp::kRpcReply, h.req_id, Code::kNoHandler);
+    (void)send(from, &rh, sizeof(rh), nullptr, 0, default_deadline(), true);
+    return;
+  }
+  Request* r = nullptr;
+  {
+    std::lock_guard<std::mutex> g(rpcq_mu_);
+    while (r == nullptr && !queue->posted.empty()) {
+      PostedRecv pr = queue->posted.front();
+      queue->posted.pop_front();
+      uint32_t gen = static_cast<uint32_t>(pr.id >> 32);
+      uint64_t expect = word(gen, kStPending);
+      if (!pr.r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) continue;
+      if (in.size() > pr.r->out_len) {
+        // Too small: that receive fails with the needed size; the request
+        // goes to the next receive, or waits.
+        *pr.r->rpc_len = in.size();
+        *pr.r->msg_src = from;
+        finish(pr.r, Code::kTruncated);
+        continue;
+      }
+      r = pr.r;
+    }
+    if (r == nullptr) {
+      queue->waiting.push_back({from, h.req_id, std::vector<std::byte>(in.begin(), in.end())});
+    }
+  }
+  if (r != nullptr) deliver_rpc(r, from, h.req_id, in);
+}
+
+// Completes a claimed server-loop receive with one request: kTruncated
+// (request left queued by the caller) or the bytes and a reply token.
+void Core::deliver_rpc(Request* r, NodeId from, uint64_t caller_req,
+                       std::span<const std::byte> in) {
+  *r->rpc_len = in.size();
+  *r->msg_src = from;
+  if (in.size() > r->out_len) {
+    finish(r, Code::kTruncated);
+    return;
+  }
+  if (!in.empty()) std::memcpy(r->out, in.data(), in.size());
+  {
+    std::lock_guard<std::mutex> g(rpcq_mu_);
+    uint64_t t = next_token_++;
+    pending_replies_[t] = {from, caller_req};
+    *r->rpc_token = t;
+  }
+  finish(r, Status::ok());
+}
+
+void Core::rpc_worker_loop() {
+  std::unique_ptr<std::byte[]> out(new std::byte[max_payload_ - sizeof(MsgHeader)]);
+  std::span<std::byte> outs(out.get(), max_payload_ - sizeof(MsgHeader));
+  std::unique_lock<std::mutex> g(jobs_mu_);
+  for (;;) {
+    jobs_cv_.wait(g, [this] { return jobs_stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopping, and nothing left to answer
+    RpcJob job = std::move(jobs_.front());
+    jobs_.pop_front();
+    g.unlock();
+    run_rpc(job.src, job.caller_req, *job.fn, job.in, outs);
+    g.lock();
+  }
+}
+
+Status Core::register_rpc_queue(uint32_t func_id) {
+  if (func_id > 0xffff) return Code::kInvalidArg;
+  std::unique_lock<std::shared_mutex> g(rpc_mu_);
+  if (handlers_.count(func_id) || rpc_queues_.count(func_id)) return Code::kExists;
+  rpc_queues_[func_id] = std::make_unique<RpcQueue>();
+  return Status::ok();
+}
+
+Result<ReqId> Core::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, NodeId* src,
+                                   size_t* len, uint64_t* token) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (src == nullptr || len == nullptr || token == nullptr || (buf == nullptr && cap != 0)) {
+    return Code::kInvalidArg;
+  }
+  RpcQueue* queue = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> g(rpc_mu_);
+    auto it = rpc_queues_.find(func_id);
+    if (it == rpc_queues_.end()) return Code::kInvalidArg;
+    queue = it->second.get();
+  }
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRpcRecv, 0, &id);
+  if (!r) return r.status();
+  Request* req = *r;
+  req->out = static_cast<std::byte*>(buf);
+  req->out_len = cap;
+  req->rpc_len = len;
+  req->msg_src = src;
+  req->rpc_token = token;
+  QueuedRpc w;
+  {
+    std::lock_guard<std::mutex> g(rpcq_mu_);
+    if (queue->waiting.empty()) {
+      queue->posted.push_back({id, req});
+      return id;
+    }
+    uint64_t expect = word(static_cast<uint32_t>(id >> 32), kStPending);
+    req->word.compare_exchange_strong(expect, word(static_cast<uint32_t>(id >> 32), kStClaimed));
+    if (queue->waiting.front().data.size() > cap) {
+      *len = queue->waiting.front().data.size();
+      *src = queue->waiting.front().src;
+      finish(req, Code::kTruncated);  // the request stays first in line
+      return id;
+    }
+    w = std::move(queue->waiting.front());
+    queue->waiting.pop_front();
+  }
+  deliver_rpc(req, w.src, w.caller_req, w.data);
+  return id;
+}
+
+Status Core::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if ((out == nullptr && len != 0) || len > max_payload_ - sizeof(MsgHeader)) {
+    return Code::kInvalidArg;
+  }
+  PendingReply p;
+  {
+    std::lock_guard<std::mutex> g(rpcq_mu_);
+    auto it = pending_replies_.find(token);
+    if (it == pending_replies_.end()) return Code::kBadHandle;
+    p = it->second;
+    pending_replies_.erase(it);
+  }
+  MsgHeader rh = make_header(MsgOp::kRpcReply, p.caller_req, s.code());
+  return send(p.src, &rh, sizeof(rh), s.is_ok() ? out : nullptr, s.is_ok() ? len : 0,
+              default_deadline(), true);
+}
 
 bool Core::progress() {
   if (!transport_) return false;
@@ -1416,28 +1629,9 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
     case MsgOp::kMsgCredit:
       serve_msg(from, h, b);
       return;
-    case MsgOp::kRpcReq: {
-      auto q = load<RpcReq>(b);
-      std::shared_ptr<RpcHandler> fn;
-      {
-        std::shared_lock<std::shared_mutex> g(rpc_mu_);
-        auto it = handlers_.find(q.func);
-        if (it != handlers_.end()) fn = it->second;
-      }
-      if (!fn) {
-        MsgHeader rh = make_header(MsgOp::kRpcReply, h.req_id, Code::kNoHandler);
-        (void)send(from, &rh, sizeof(rh), nullptr, 0, default_deadline(), true);
-        return;
-      }
-      if (rpc_out_.empty()) rpc_out_.resize(max_payload_ - sizeof(MsgHeader));
-      size_t n = 0;
-      Status s = (*fn)(from, b.subspan(sizeof(RpcReq)), std::span<std::byte>(rpc_out_), &n);
-      if (s.is_ok() && n > rpc_out_.size()) s = Code::kInternal;
-      MsgHeader rh = make_header(MsgOp::kRpcReply, h.req_id, s.code());
-      (void)send(from, &rh, sizeof(rh), s.is_ok() ? rpc_out_.data() : nullptr, s.is_ok() ? n : 0,
-                 default_deadline(), true);
+    case MsgOp::kRpcReq:
+      serve_rpc(from, h, b);
       return;
-    }
     case MsgOp::kAtomicReq: {
       auto q = load<AtomicReq>(b);
       uint64_t old = 0;
@@ -1563,6 +1757,7 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
         break;
       }
       case ReqKind::kSendRndv:
+      case ReqKind::kRpcRecv:  // completed locally, never by a peer's reply
         s = Code::kMalformed;
         break;
       case ReqKind::kRpc: {

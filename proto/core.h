@@ -9,7 +9,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -102,6 +104,21 @@ class Core {
                                           std::span<std::byte> out, size_t* out_len)>;
   /// kExists if func_id has a handler; kInvalidArg above 65535.
   Status register_rpc(uint32_t func_id, RpcHandler h);
+  /// Server-loop RPC (LITE's recvRPC/replyRPC): requests for func_id queue
+  /// here until a thread takes one with recv_rpc_async and answers it with
+  /// reply_rpc. kExists if func_id already has a handler or a queue.
+  Status register_rpc_queue(uint32_t func_id);
+  /// Takes the oldest queued request for func_id (FIFO across clients). On
+  /// completion *src, *len and *token are set; kTruncated (with *len the
+  /// needed size) when the request exceeds cap: it then stays queued.
+  /// kInvalidArg when func_id was not registered with register_rpc_queue.
+  Result<ReqId> recv_rpc_async(uint32_t func_id, void* buf, size_t cap, NodeId* src, size_t* len,
+                               uint64_t* token);
+  /// Answers the request `token` names with `out` (status s is what the
+  /// caller gets; a non-ok status carries no data). kBadHandle for an
+  /// unknown or already answered token; kInvalidArg for a reply above the
+  /// largest message (the token stays valid); kPeerDown if the caller died.
+  Status reply_rpc(uint64_t token, const void* out, size_t len, Status s);
   /// Calls func_id on `node`. On completion *out_len is the reply's length;
   /// kTruncated (with *out_len the needed size) when it exceeds out_cap.
   /// kNoHandler, kPeerDown, kTimedOut; kNoResource when all
@@ -203,6 +220,14 @@ class Core {
   bool claim_posted(Port& p, Request** out);
   void match_recv(Request* req, ReqId id);
   void return_rpc_credit(NodeId n);
+  struct QueuedRpc;
+  struct RpcQueue;
+  struct RpcJob;
+  void serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void deliver_rpc(Request* r, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
+  void run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
+               std::span<const std::byte> in, std::span<std::byte> out);
+  void rpc_worker_loop();
   void on_manager_readable(int ep, std::vector<Membership::Event>* events);
 
   Config config_;
@@ -238,8 +263,24 @@ class Core {
   };
   std::shared_mutex rpc_mu_;  // handlers_ is read per call, written at registration
   std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;
-  std::vector<std::byte> rpc_out_;  // reply scratch; used by the progress token holder
-  std::mutex msg_mu_;               // guards ports_ (short sections, no syscalls)
+  std::unordered_map<uint32_t, std::unique_ptr<RpcQueue>> rpc_queues_;  // never erased
+  std::unique_ptr<std::byte[]> rpc_out_;  // reply scratch; used by the progress token holder
+  size_t rpc_out_cap_ = 0;
+  std::mutex rpcq_mu_;  // guards every RpcQueue's contents and pending_replies_
+  struct PendingReply {
+    NodeId src;
+    uint64_t caller_req;
+  };
+  std::unordered_map<uint64_t, PendingReply> pending_replies_;  // token -> caller
+  uint64_t next_token_ = 1;
+  // Worker pool (engine.rpc_workers > 0): handlers run there, not on the
+  // progress thread, and may block.
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;
+  std::deque<RpcJob> jobs_;
+  bool jobs_stop_ = false;
+  std::vector<std::thread> rpc_workers_;
+  std::mutex msg_mu_;  // guards ports_ (short sections, no syscalls)
   std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
   std::unique_ptr<PeerSlot[]> peers_;
   std::mutex connect_mu_;

@@ -31,9 +31,23 @@
 //   rpc_sizes NODE MAX          -> ok COUNT       (echo every size 0..MAX in steps, byte-checked)
 //   rpc_async NODE COUNT SIZE   -> ok             (COUNT async echo calls outstanding at once)
 //   rpc_timeout NODE MS         -> ok|err         (the slow function, waited MS then cancelled)
+//   rpc_timeout_func NODE FUNC MS -> ok|err       (the same with function FUNC)
+//   rpc_loop FUNC COUNT THREADS CAP -> ok SERVED TRUNCATED (THREADS threads answer COUNT
+//                                                 requests to server-loop FUNC with LT_recvRPC
+//                                                 (buffer CAP, grown on LT_ERR_TRUNCATED) and
+//                                                 LT_replyRPC: the bytes reversed; a request
+//                                                 starting with 0xEE gets LT_ERR_PERM. Each
+//                                                 token is then replied to again, which must
+//                                                 fail with LT_ERR_BAD_HANDLE)
+//   rpc_gate NODE               -> ok             (async call of the gate function 4, then a
+//                                                 blocking call of 5, which opens the gate, then
+//                                                 waits for 4: completes only if the server runs
+//                                                 handlers on >= 2 workers)
 // Every node serves RPC functions 1 (echo), 2 (reply of the length given as
-// a decimal string: bytes i*7+1) and 3 (sleeps 300 ms, then echoes: for
-// timeout tests only; handlers must not block).
+// a decimal string: bytes i*7+1), 3 (sleeps 300 ms, then echoes: for timeout
+// tests only; handlers must not block), 4 (blocks until function 5 is called
+// or 30 s pass; with engine.rpc_workers only) and 5; function 6 is a server
+// loop (LT_regRPC_loop) answered by the rpc_loop command.
 //   send NODE PORT HEX          -> ok             (LT_send)
 //   recv PORT CAP [TIMEOUT_MS]  -> ok SRC HEX     (LT_recv; err LT_ERR_TRUNCATED NEEDED)
 //   send_seq NODE PORT COUNT SIZE -> ok           (COUNT messages of SIZE bytes: sequence
@@ -87,6 +101,22 @@ int rpc_slow(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out,
              size_t* out_len) {
   usleep(300000);
   return rpc_echo(ctx, src, in, in_len, out, out_cap, out_len);
+}
+
+// The gate of functions 4 and 5 (a tool's state, not the library's).
+std::atomic<bool> g_gate_open{false};
+
+int rpc_gate_wait(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out,
+                  size_t out_cap, size_t* out_len) {
+  for (int i = 0; i < 30000 && !g_gate_open.load(); ++i) usleep(1000);
+  if (!g_gate_open.load()) return -LT_ERR_TIMEDOUT;
+  return rpc_echo(ctx, src, in, in_len, out, out_cap, out_len);
+}
+
+int rpc_gate_open(void*, lt_node_t, const void*, size_t, void*, size_t, size_t* out_len) {
+  g_gate_open.store(true);
+  *out_len = 0;
+  return 0;
 }
 
 // Runs `body` n times on each of `threads` threads; the first error wins.
@@ -388,13 +418,68 @@ std::string run(lt_engine_t* e, const std::string& line) {
       }
       return "ok";
     }
-    if (cmd == "rpc_timeout") {
+    if (cmd == "rpc_loop") {
+      uint32_t func = static_cast<uint32_t>(u64());
+      uint64_t count = u64(), threads = u64(), cap0 = u64();
+      std::atomic<uint64_t> left{count}, truncated{0};
+      std::atomic<int> first_error{0};
+      std::vector<std::thread> ts;
+      for (uint64_t t = 0; t < threads; ++t) {
+        ts.emplace_back([&] {
+          std::vector<unsigned char> buf(cap0);
+          for (;;) {
+            uint64_t l = left.load();
+            if (l == 0 || first_error.load() != 0) return;
+            if (!left.compare_exchange_weak(l, l - 1)) continue;
+            lt_node_t src = 0;
+            size_t n = 0;
+            lt_rpc_token_t tok = 0;
+            int rc;
+            while ((rc = LT_recvRPC(e, func, buf.data(), buf.size(), &src, &n, &tok, -1)) ==
+                   -LT_ERR_TRUNCATED) {
+              truncated.fetch_add(1);
+              buf.resize(n);
+            }
+            if (rc == 0) {
+              std::reverse(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+              bool deny = n > 0 && buf[n - 1] == 0xEE;  // first byte, now last
+              rc = LT_replyRPC(e, tok, buf.data(), n, deny ? -LT_ERR_PERM : 0);
+            }
+            if (rc == 0 && LT_replyRPC(e, tok, nullptr, 0, 0) != -LT_ERR_BAD_HANDLE) {
+              rc = -LT_ERR_INTERNAL;  // a spent token must be refused
+            }
+            if (rc != 0) {
+              int zero = 0;
+              first_error.compare_exchange_strong(zero, rc);
+            }
+          }
+        });
+      }
+      for (auto& t : ts) t.join();
+      if (first_error.load() != 0) return err(first_error.load());
+      return "ok " + std::to_string(count) + " " + std::to_string(truncated.load());
+    }
+    if (cmd == "rpc_gate") {
       lt_node_t node = static_cast<lt_node_t>(u64());
+      char req[3] = {7, 8, 9}, rep[3];
+      size_t n = 0, m = 0;
+      lt_req_t id;
+      int rc = LT_RPC_async(e, node, 4, req, 3, rep, 3, &n, &id);
+      if (rc) return err(rc);
+      rc = LT_RPC(e, node, 5, nullptr, 0, nullptr, 0, &m);
+      int rc4 = LT_wait(e, id, -1);
+      if (rc) return err(rc) + " opening the gate";
+      if (rc4) return err(rc4) + " waiting at the gate";
+      return n == 3 && std::memcmp(req, rep, 3) == 0 ? "ok" : "err mismatch";
+    }
+    if (cmd == "rpc_timeout" || cmd == "rpc_timeout_func") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint32_t func = cmd == "rpc_timeout" ? 3 : static_cast<uint32_t>(u64());
       int64_t ms = static_cast<int64_t>(u64());
       char req[4] = {1, 2, 3, 4}, rep[4];
       size_t n = 0;
       lt_req_t id;
-      int rc = LT_RPC_async(e, node, 3, req, 4, rep, 4, &n, &id);
+      int rc = LT_RPC_async(e, node, func, req, 4, rep, 4, &n, &id);
       if (rc) return err(rc);
       rc = LT_wait(e, id, ms * 1000);
       if (rc == -LT_ERR_TIMEDOUT) rc = LT_cancel(e, id);
@@ -513,11 +598,17 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ltier-node: join failed: %s\n", LT_strerror(rc));
     return 1;
   }
-  for (auto [id, fn] :
-       {std::pair<uint32_t, lt_rpc_fn>{1, rpc_echo}, {2, rpc_sized}, {3, rpc_slow}}) {
+  for (auto [id, fn] : {std::pair<uint32_t, lt_rpc_fn>{1, rpc_echo},
+                        {2, rpc_sized},
+                        {3, rpc_slow},
+                        {4, rpc_gate_wait},
+                        {5, rpc_gate_open}}) {
     if (int r = LT_regRPC(e, id, fn, nullptr); r != 0) {
       fprintf(stderr, "ltier-node: LT_regRPC(%u): %s\n", id, LT_strerror(r));
     }
+  }
+  if (int r = LT_regRPC_loop(e, 6); r != 0) {
+    fprintf(stderr, "ltier-node: LT_regRPC_loop(6): %s\n", LT_strerror(r));
   }
   printf("ready %u\n", LT_node_id(e));
   fflush(stdout);

@@ -278,6 +278,48 @@ TEST_F(ThreeNodes, RpcEchoErrorsAndManyOutstanding) {
   EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 ff", 15000), "err LT_ERR_PEER_DOWN");
 }
 
+// LITE's server loop: two server threads answer with LT_recvRPC/LT_replyRPC
+// while two clients call; a request larger than the server's buffer is
+// reported truncated and then served (nothing lost); an error status passes
+// through; spent tokens are refused (checked inside rpc_loop).
+TEST_F(ThreeNodes, RpcServerLoopAnswersInItsOwnThreads) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  // 2 x 3 calls below + 1 denied + 1 large = 8 requests.
+  ASSERT_TRUE(b->send("rpc_loop 6 8 2 16"));
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 6 010203"), "ok 030201");
+  EXPECT_EQ(c->cmd("rpc " + ids_[1] + " 6 0a0b"), "ok 0b0a");
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 6 -"), "ok -");
+  EXPECT_EQ(c->cmd("rpc " + ids_[1] + " 6 ff"), "ok ff");
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 6 ee01"), "err LT_ERR_PERM");
+  std::string big(2 * 40, '0');  // 40 bytes: above the server's 16-byte buffer
+  big[1] = '1';
+  std::string rev(2 * 40, '0');
+  rev[2 * 39 + 1] = '1';
+  EXPECT_EQ(c->cmd("rpc " + ids_[1] + " 6 " + big), "ok " + rev);
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 6 11"), "ok 11");
+  EXPECT_EQ(c->cmd("rpc " + ids_[1] + " 6 1122"), "ok 2211");
+  std::string done = b->read_line(30000);
+  EXPECT_TRUE(done.rfind("ok 8 ", 0) == 0) << done;
+  EXPECT_NE(done, "ok 8 0") << "the 40-byte request was never truncated";
+  // Nobody serving now: the caller times out, and function 6 on a node that
+  // runs no loop still queues (it is registered) rather than failing.
+  EXPECT_EQ(a->cmd("rpc_timeout_func " + ids_[2] + " 6 50"), "err LT_ERR_TIMEDOUT");
+}
+
+// engine.rpc_workers: handlers run on a pool and may block; a blocked
+// handler (function 4, waiting for function 5) does not stop others.
+TEST(RpcWorkers, BlockingHandlerDoesNotStallOthers) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  Proc* server = cluster.add_node({"LTIER_RPC_WORKERS=2"});
+  Proc* client = cluster.add_node();
+  ASSERT_TRUE(server && client);
+  std::string is = id_of(server);
+  EXPECT_EQ(client->cmd("rpc_gate " + is, 60000), "ok");
+  EXPECT_EQ(client->cmd("rpc " + is + " 1 0102"), "ok 0102");
+  EXPECT_EQ(client->cmd("rpc_sizes " + is + " 300000", 60000).rfind("ok ", 0), 0u);
+}
+
 // Messages from two senders, eager and rendezvous sizes, keep per-sender
 // order and content.
 TEST_F(ThreeNodes, MessagesKeepOrderPerSourceAndPort) {

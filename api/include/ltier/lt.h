@@ -146,6 +146,31 @@ int LT_recv_async(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_
 typedef int (*lt_rpc_fn)(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out,
                          size_t out_cap, size_t* out_len);
 int LT_regRPC(lt_engine_t* e, uint32_t func_id, lt_rpc_fn fn, void* ctx);
+/* Handler threads: with engine.rpc_workers = N > 0 (LTIER_RPC_WORKERS), the
+ * handlers registered above run on a pool of N engine threads instead and
+ * may block; replies still go back in any order. */
+
+/* Server-loop RPC (LITE's recvRPC/replyRPC), for servers that answer in
+ * their own threads. LT_regRPC_loop makes func_id's requests queue (FIFO
+ * across clients) until a thread takes one with LT_recvRPC; the thread then
+ * answers it once with LT_replyRPC. -LT_ERR_EXISTS if func_id is taken. */
+typedef uint64_t lt_rpc_token_t; /* names one request awaiting its reply */
+int LT_regRPC_loop(lt_engine_t* e, uint32_t func_id);
+/* Waits up to timeout_us (negative: engine.op_timeout_ms) for a request to
+ * func_id: copies it to buf, sets *src, *len and *token. A request longer
+ * than cap gives -LT_ERR_TRUNCATED with *len the needed size; it stays
+ * queued for the next LT_recvRPC (nothing is lost). -LT_ERR_TIMEDOUT,
+ * -LT_ERR_INVAL if func_id was not registered with LT_regRPC_loop. */
+int LT_recvRPC(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src, size_t* len,
+               lt_rpc_token_t* token, int64_t timeout_us);
+int LT_recvRPC_async(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src,
+                     size_t* len, lt_rpc_token_t* token, lt_req_t* req);
+/* Sends the reply for `token`: out[0, out_len) with status 0, or a negative
+ * LT_ERR_* status the caller receives instead (no data). The token is then
+ * spent: -LT_ERR_BAD_HANDLE for an unknown or spent token;
+ * -LT_ERR_INVAL for a reply above tcp.max_msg_bytes (the token stays valid);
+ * -LT_ERR_PEER_DOWN if the caller's node is gone. */
+int LT_replyRPC(lt_engine_t* e, lt_rpc_token_t token, const void* out, size_t out_len, int status);
 /* Calls func_id on `node` and waits (engine.op_timeout_ms). *out_len is the
  * reply's length; if it exceeds out_cap: -LT_ERR_TRUNCATED, with *out_len the
  * needed size and nothing copied. -LT_ERR_NO_HANDLER: nothing registered for
