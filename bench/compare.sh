@@ -183,6 +183,12 @@ phase_ltier() {
   log "  ltier-perf"
   run_tool ltier-perf "$dir/ltier.out" "$LTIER_BIN" --ops read,write --sizes "$SIZES" \
     --iters "$ITERS" --bw --join
+  # Messaging (ping-pong latency; streaming with 16 in flight, like tag_bw), RPC latency and
+  # rate, fetch_add latency.
+  run_tool "ltier-perf (msg)" "$dir/ltier_msg.out" "$LTIER_BIN" --ops send,rpc \
+    --sizes "$SIZES" --iters "$ITERS" --bw
+  run_tool "ltier-perf (rate)" "$dir/ltier_rate.out" "$LTIER_BIN" --ops rpc_rate,fetch_add \
+    --sizes 8 --iters "$ITERS"
 }
 
 phase_ucx() {
@@ -201,7 +207,19 @@ phase_ucx() {
     ((n < 200)) && n=200
     ((n > 20000)) && n=20000
     ucx_run "$dir/ucx/ucp_put_bw_$size" ucp_put_bw "$size" "$n" $((n / 10 + 1))
+    # Tag matching (UCP's send/recv): latency, and streaming bandwidth / message rate with the
+    # default window and with up to 16 sends in flight (-O 16, as ltier-perf's send streaming).
+    n=$(lat_iters "$size" "$ITERS")
+    ucx_run "$dir/ucx/tag_lat_$size" tag_lat "$size" "$n" $((n / 10 + 1))
+    n=$((268435456 / size))
+    ((n < 200)) && n=200
+    ((n > 4 * ITERS)) && n=$((4 * ITERS))
+    ucx_run "$dir/ucx/tag_bw_$size" tag_bw "$size" "$n" $((n / 10 + 1))
+    ucx_run "$dir/ucx/tag_bwO16_$size" tag_bw "$size" "$n" $((n / 10 + 1)) -O 16
   done
+  ucx_run "$dir/ucx/ucp_am_lat_8" ucp_am_lat 8 "$ITERS" $((ITERS / 10 + 1))
+  ucx_run "$dir/ucx/ucp_fadd_8" ucp_fadd 8 "$ITERS" $((ITERS / 10 + 1))
+  ucx_run "$dir/ucx/ucp_add_8" ucp_add 8 $((4 * ITERS)) $((ITERS / 10 + 1))
 }
 
 log "raw output in $RAW; tcp=$TCP_BIN ltier=$LTIER_BIN ucx=${UCX_BIN:-none}"
@@ -298,7 +316,7 @@ def read(path):
         return ""
 
 
-LINE = re.compile(r"^(lat|bw|join|connect) ((?:\S+=\S+ ?)+)$")
+LINE = re.compile(r"^(lat|bw|rate|join|connect) ((?:\S+=\S+ ?)+)$")
 
 
 def parse_kv(text):
@@ -343,7 +361,7 @@ def put(key, rnd, val):
 
 def ingest(dirpath, rnd):
     for tool, fname in (("tcp", "tcp.out"), ("tcp", "tcp_busy.out"), ("tcp", "tcp_1core.out"),
-                        ("ltier", "ltier.out")):
+                        ("ltier", "ltier.out"), ("ltier", "ltier_msg.out"), ("ltier", "ltier_rate.out")):
         for kind, kv in parse_kv(read(os.path.join(dirpath, fname))):
             op = kv.get("op", "?")
             size = int(kv["size"]) if "size" in kv else 0
@@ -356,10 +374,15 @@ def ingest(dirpath, rnd):
                     pass
             if "window" in kv:
                 put((tool, kind, op, size, "window"), rnd, kv["window"])
+            if kind == "rate":  # one record per window size
+                put((tool, kind, op + "_w" + kv.get("window", "1"), size, "calls_per_s"), rnd,
+                    float(kv.get("calls_per_s", "nan")))
     udir = os.path.join(dirpath, "ucx")
     if os.path.isdir(udir):
         for fname in os.listdir(udir):
-            m = re.match(r"^(ucp_put_lat|ucp_get|ucp_put_bw)_(\d+)(_p50|_p99)?$", fname)
+            m = re.match(r"^(ucp_put_lat|ucp_get|ucp_put_bw|tag_lat|tag_bw|tag_bwO16|ucp_am_lat|"
+                         r"ucp_fadd|
+                         r"ucp_add)_(\d+)(_p50|_p99)?$", fname)
             if not m:
                 continue
             d = parse_ucx(read(os.path.join(udir, fname)))
@@ -368,8 +391,9 @@ def ingest(dirpath, rnd):
             test, size = m.group(1), int(m.group(2))
             pk = pct_key(d)
             rank = "p50" if pk is None or pk.startswith("50") else "p" + pk.split(".")[0]
-            if test == "ucp_put_bw":
+            if test in ("ucp_put_bw", "tag_bw", "tag_bwO16", "ucp_add"):
                 put(("ucx", "bw", test, size, "MBps"), rnd, d["overall_bw"] * MIB_TO_MB)
+                put(("ucx", "bw", test, size, "msgs_per_s"), rnd, d["overall_mr"])
             elif pk is not None:
                 put(("ucx", "lat", test, size, rank + "_us"), rnd, d[pk])
 
@@ -549,8 +573,11 @@ md += ["\"best tcp\" is the lowest of the three tcp variants at that size (block
        "any design that spins while the blocking floor pays cross-core wake-ups.", ""]
 
 md += ["### Bandwidth (MB/s, median)", ""]
-bw_ops = sorted({k[2] for k in data if k[0] == "ltier" and k[1] == "bw"}) or ["write"]
-bw_sizes = sorted({k[3] for k in data if k[1] == "bw"} | {s for s in sizes if s >= 65536})
+bw_ops = sorted({k[2] for k in data if k[0] == "ltier" and k[1] == "bw" and
+                 k[2] in ("read", "write")}) or ["write"]
+bw_sizes = sorted({k[3] for k in data if k[1] == "bw" and k[2] in ("tcp", "ucp_put_bw", "read",
+                                                                     "write")} |
+                  {s for s in sizes if s >= 65536})
 rows = []
 for s in bw_sizes:
     tcp = med(("tcp", "bw", "tcp", s, "MBps"))
@@ -571,6 +598,58 @@ for op in bw_ops:
 md += table(hdr, rows) + [""]
 md += ["tcp stream: back-to-back `send` of size-byte messages for ~0.5 s, one ack at the end. "
        "Sizes below 64 KiB are not stream-tested by tcp_pingpong.", ""]
+
+md += ["### Messaging, RPC and atomics (p50, µs; rates per second)", "",
+       "ltier `send` is an `LT_send` + `LT_recv` ping-pong (round trip); `rpc` is one "
+       "`LT_RPC` echo (round trip). UCX `tag_lat` and `ucp_am_lat` print one-way latency: "
+       "shown doubled (x2). `ucp_fadd` is a one-sided round trip, shown as reported.", ""]
+rows = []
+for s in sizes:
+    snd = med(lat_key("ltier", "send", s, "p50_us"))
+    rpc = med(lat_key("ltier", "rpc", s, "p50_us"))
+    tag = times2(med(lat_key("ucx", "tag_lat", s, "p50_us")))
+    tcp = med(lat_key("tcp", "tcp", s, "p50_us"))
+    floors = [v for v in (tcp, med(lat_key("tcp", "tcp_busy", s, "p50_us")),
+                          med(lat_key("tcp", "tcp_1core", s, "p50_us"))) if v is not None]
+    best = min(floors) if floors else None
+    rows.append([size_label(s), fmt(snd), fmt(rpc), fmt(tag), fmt(best), ratio(snd, tag),
+                 ratio(rpc, tag), ratio(rpc, best)])
+md += table(["size", "ltier send", "ltier rpc", "UCX tag_lat x2", "best tcp", "send / tag",
+             "rpc / tag", "rpc / best tcp"], rows) + [""]
+am = times2(med(lat_key("ucx", "ucp_am_lat", 8, "p50_us")))
+rpc8 = med(lat_key("ltier", "rpc", 8, "p50_us"))
+fa = med(lat_key("ltier", "fetch_add", 8, "p50_us"))
+ufa = med(lat_key("ucx", "ucp_fadd", 8, "p50_us"))
+md += table(["8 B round trip", "ltier", "UCX", "ratio"],
+            [["rpc vs ucp_am_lat x2", fmt(rpc8), fmt(am), ratio(rpc8, am)],
+             ["fetch_add vs ucp_fadd", fmt(fa), fmt(ufa), ratio(fa, ufa)]]) + [""]
+rows = []
+for s in sizes:
+    lt = med(("ltier", "bw", "send", s, "MBps"))
+    ltm = med(("ltier", "bw", "send", s, "msgs_per_s"))
+    ub = med(("ucx", "bw", "tag_bw", s, "MBps"))
+    ub16 = med(("ucx", "bw", "tag_bwO16", s, "MBps"))
+    um = med(("ucx", "bw", "tag_bw", s, "msgs_per_s"))
+    um16 = med(("ucx", "bw", "tag_bwO16", s, "msgs_per_s"))
+    tcp = med(("tcp", "bw", "tcp", s, "MBps"))
+    rows.append([size_label(s), fmt(lt), fmt(ub), ratio(lt, ub), fmt(ub16), ratio(lt, ub16),
+                 ratio(lt, tcp), fmt(ltm), fmt(um), ratio(ltm, um), fmt(um16), ratio(ltm, um16)])
+md += ["Streaming messages (ltier-perf send --bw: 16 in flight; ucx_perftest tag_bw with its "
+       "default window and with -O 16):", ""]
+md += table(["size", "ltier MB/s", "UCX tag_bw", "ratio", "UCX -O 16", "ratio",
+             "ltier / tcp stream", "ltier msgs/s", "UCX msgs/s", "ratio", "UCX -O 16 msgs/s",
+             "ratio"], rows) + [""]
+r1 = med(("ltier", "rate", "rpc_w1", 8, "calls_per_s"))
+r32 = med(("ltier", "rate", "rpc_w32", 8, "calls_per_s"))
+um8 = med(("ucx", "bw", "tag_bw", 8, "msgs_per_s"))
+um8_16 = med(("ucx", "bw", "tag_bwO16", 8, "msgs_per_s"))
+uadd = med(("ucx", "bw", "ucp_add", 8, "msgs_per_s"))
+md += table(["rate (8 B)", "per second", "vs UCX tag_bw 8 B msgs/s"],
+            [["ltier RPC, 1 outstanding", fmt(r1), ratio(r1, um8)],
+             ["ltier RPC, 32 outstanding", fmt(r32), ratio(r32, um8)],
+             ["UCX tag_bw 8 B (default window)", fmt(um8), "1.00x"],
+             ["UCX tag_bw 8 B (-O 16)", fmt(um8_16), ratio(um8_16, um8)],
+             ["UCX ucp_add (non-fetching atomic add)", fmt(uadd), ratio(uadd, um8)]]) + [""]
 
 md += ["### Connection set-up (µs, median)", ""]
 tp50 = med(("tcp", "connect", "tcp", 0, "p50_us"))

@@ -1244,14 +1244,36 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
 
 // ---------------------------------------------------------------- messaging
 
+// A message from `to` was consumed. Credits go back piggybacked on the next
+// message to `to`, or in one MsgCredit per quarter of engine.msg_credits:
+// a blocked sender has more than three quarters of its messages still
+// unconsumed here, so batching never withholds the credit it waits for
+// from a receiver that keeps receiving.
 void Core::send_credit(NodeId to) {
-  MsgCredit c{make_header(MsgOp::kMsgCredit, 0), 1, 0};
   if (to == self()) {
-    serve_msg(to, c.h,
-              std::span<const std::byte>(reinterpret_cast<const std::byte*>(&c), sizeof(c)));
+    apply_credits(to, 1);
     return;
   }
+  if (to == 0 || to >= kMaxNodes) return;
+  std::atomic<int32_t>& owed = peers_[to].credits_owed;
+  int32_t batch = std::max<int32_t>(1, static_cast<int32_t>(config_.engine.msg_credits / 4));
+  if (owed.fetch_add(1, std::memory_order_acq_rel) + 1 < batch) return;
+  int32_t n = owed.exchange(0, std::memory_order_acq_rel);
+  if (n <= 0) return;  // a piggybacking sender took them
+  MsgCredit c{make_header(MsgOp::kMsgCredit, 0), static_cast<uint32_t>(n), 0};
   (void)send(to, &c, sizeof(c), nullptr, 0, default_deadline(), true);
+}
+
+// Never below zero: credits that arrive after a connection was lost and
+// re-made must not mint extra ones.
+void Core::apply_credits(NodeId from, uint32_t count) {
+  if (count == 0 || from == 0 || from >= kMaxNodes) return;
+  std::atomic<int32_t>& f = peers_[from].msg_in_flight;
+  int32_t v = f.load(std::memory_order_acquire);
+  while (v > 0) {
+    int32_t next = v > static_cast<int32_t>(count) ? v - static_cast<int32_t>(count) : 0;
+    if (f.compare_exchange_weak(v, next, std::memory_order_acq_rel)) return;
+  }
 }
 
 // Copies an eager message into a claimed receive and completes it.
@@ -1306,6 +1328,7 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
       return r.status();
     }
     MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
+    if (node != self()) m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
     Status s;
     if (node == self()) {
       // To this node: delivered here, whatever the size (one copy).
@@ -1316,7 +1339,10 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
     } else {
       s = send(node, &m, sizeof(m), buf, len, default_deadline(), false);
     }
-    if (!s.is_ok()) ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    if (!s.is_ok()) {
+      ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));  // not delivered: still owed
+    }
     uint64_t w = (*r)->word.load();
     (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
     if (!s.is_ok()) {
@@ -1335,9 +1361,11 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
   (*r)->send_buf = static_cast<const std::byte*>(buf);
   (*r)->out_len = len;
   MsgRts m{make_header(MsgOp::kMsgRts, id), port, 0, len};
+  m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
   Status s = send_request(*r, id, node, &m, sizeof(m), nullptr, 0);
   if (!s.is_ok()) {
     ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));
     return s;
   }
   return id;
@@ -1405,6 +1433,7 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
     case MsgOp::kMsgRts: {
       bool rts = h.op == static_cast<uint8_t>(MsgOp::kMsgRts);
       uint32_t port = rts ? load<MsgRts>(b).port : load<MsgEager>(b).port;
+      apply_credits(from, rts ? load<MsgRts>(b).credits : load<MsgEager>(b).credits);
       Request* r = nullptr;
       std::unique_lock<std::mutex> g(msg_mu_);
       auto& p = ports_[port];
@@ -1467,16 +1496,9 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
       finish(r, s);
       return;
     }
-    case MsgOp::kMsgCredit: {
-      auto c = load<MsgCredit>(b);
-      for (uint32_t i = 0; i < c.count && from < kMaxNodes; ++i) {
-        std::atomic<int32_t>& f = peers_[from].msg_in_flight;
-        int32_t v = f.load(std::memory_order_acquire);
-        while (v > 0 && !f.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) {
-        }
-      }
+    case MsgOp::kMsgCredit:
+      apply_credits(from, load<MsgCredit>(b).count);
       return;
-    }
     default:
       malformed_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -216,6 +216,7 @@ class Core {
   struct Port;
   void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
   void send_credit(NodeId to);
+  void apply_credits(NodeId from, uint32_t count);
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   bool claim_posted(Port& p, Request** out);
   void match_recv(Request* req, ReqId id);
@@ -260,6 +261,7 @@ class Core {
     std::atomic<bool> down{false};
     std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
     std::atomic<int32_t> msg_in_flight{0};  // message credits used at this receiver
+    std::atomic<int32_t> credits_owed{0};   // its messages consumed here, not yet credited
   };
   std::shared_mutex rpc_mu_;  // handlers_ is read per call, written at registration
   std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;

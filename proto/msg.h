@@ -146,17 +146,17 @@ struct RpcReq {
 static_assert(sizeof(RpcReq) == 24);
 
 struct MsgEager {
-  MsgHeader h;    // req_id unused (zero)
-  uint32_t port;  // destination port
-  uint32_t pad;   // zero
+  MsgHeader h;       // req_id unused (zero)
+  uint32_t port;     // destination port
+  uint32_t credits;  // message credits returned to the receiver (piggybacked MsgCredit)
 };
 static_assert(sizeof(MsgEager) == 24);
 
 struct MsgRts {
   MsgHeader h;    // req_id: the sender's request, named again by MsgPull
-  uint32_t port;  // destination port
-  uint32_t pad;   // zero
-  uint64_t len;   // message length
+  uint32_t port;     // destination port
+  uint32_t credits;  // message credits returned to the receiver (piggybacked MsgCredit)
+  uint64_t len;      // message length
 };
 static_assert(sizeof(MsgRts) == 32);
 

@@ -87,6 +87,9 @@ int rpc_echo(void*, lt_node_t, const void* in, size_t in_len, void* out, size_t 
   return 0;
 }
 
+constexpr int kWindow = 16;           // messages in flight when streaming (ucx_perftest -O)
+constexpr size_t kMaxMsg = 8u << 20;  // largest message the perf server receives
+
 int serve_node_main(const std::string& manager, const std::string& secret) {
   lt_engine_t* e;
   lt_join_opts_t o = opts_for(manager, secret);
@@ -96,21 +99,38 @@ int serve_node_main(const std::string& manager, const std::string& secret) {
   // Messaging peers: port 1 echoes to the sender's port 2; port 3 is a sink
   // that answers an empty message with an empty message on port 4.
   std::atomic<bool> stop{false};
-  auto loop = [&](uint32_t port) {
-    std::vector<char> m(8u << 20);
+  auto echo_loop = [&] {
+    std::unique_ptr<char[]> m(new char[kMaxMsg]);
     while (!stop.load()) {
       lt_node_t src = 0;
       size_t n = 0;
-      int r = LT_recv(e, port, m.data(), m.size(), &src, &n, 100000);
-      if (r != 0) continue;
-      if (port == 1) {
-        (void)LT_send(e, src, 2, m.data(), n);
-      } else if (n == 0) {
-        (void)LT_send(e, src, 4, nullptr, 0);
-      }
+      if (LT_recv(e, 1, m.get(), kMaxMsg, &src, &n, 100000) == 0)
+        (void)LT_send(e, src, 2, m.get(), n);
     }
   };
-  std::thread echo(loop, 1), sink(loop, 3);
+  // The sink keeps kWindow receives posted, as a streaming receiver would.
+  auto sink_loop = [&] {
+    std::vector<std::unique_ptr<char[]>> bufs;
+    std::vector<lt_req_t> reqs(kWindow);
+    std::vector<lt_node_t> srcs(kWindow);
+    std::vector<size_t> lens(kWindow);
+    for (int k = 0; k < kWindow; ++k) {
+      bufs.emplace_back(new char[kMaxMsg]);  // not zeroed: untouched pages cost nothing
+      if (int r = LT_recv_async(e, 3, bufs[k].get(), kMaxMsg, &srcs[k], &lens[k], &reqs[k]); r)
+        die("sink LT_recv_async", r);
+    }
+    for (uint64_t i = 0; !stop.load(); ++i) {
+      int k = static_cast<int>(i % kWindow);
+      int r;
+      while ((r = LT_wait(e, reqs[k], 100000)) == -LT_ERR_TIMEDOUT && !stop.load()) {
+      }
+      if (r == -LT_ERR_TIMEDOUT) break;
+      if (r == 0 && lens[k] == 0) (void)LT_send(e, srcs[k], 4, nullptr, 0);
+      if ((r = LT_recv_async(e, 3, bufs[k].get(), kMaxMsg, &srcs[k], &lens[k], &reqs[k])) != 0)
+        die("sink LT_recv_async", r);
+    }
+  };
+  std::thread echo(echo_loop), sink(sink_loop);
   char c;
   while (read(0, &c, 1) > 0) {
   }
@@ -327,21 +347,42 @@ int main(int argc, char** argv) {
         fflush(stdout);
       }
       if (bw) {
+        // Streaming, as ucx_perftest tag_bw does it: up to kWindow sends in
+        // flight (rendezvous ones keep their buffer until they complete);
+        // an empty message closes the run and is answered once all arrived.
         for (uint64_t size : sizes) {
-          if (size < 4096) continue;
-          uint64_t total =
-              std::min<uint64_t>(20000, std::max<uint64_t>(200, (256ull << 20) / size));
+          uint64_t total = std::min<uint64_t>(static_cast<uint64_t>(iters) * 20,
+                                              std::max<uint64_t>(200, (512ull << 20) / size));
+          std::vector<lt_req_t> ids(kWindow);
+          uint64_t issued = 0, done = 0;
           auto t0 = Clock::now();
-          for (uint64_t i = 0; i < total; ++i) {
-            if (int rc = LT_send(e, peer, 3, buf.data(), size); rc != 0) die("send", rc);
+          while (done < total) {
+            if (issued < total && issued - done < static_cast<uint64_t>(kWindow)) {
+              int rc = LT_send_async(e, peer, 3, buf.data(), size, &ids[issued % kWindow]);
+              if (rc == 0) {
+                ++issued;
+                continue;
+              }
+              if (rc != -LT_ERR_AGAIN) die("LT_send_async", rc);
+              if (issued == done) {  // out of credits, nothing to wait for: block for one
+                if ((rc = LT_send(e, peer, 3, buf.data(), size)) != 0) die("LT_send", rc);
+                ++issued;
+                ++done;
+                continue;
+              }
+            }
+            if (int rc = LT_wait(e, ids[done % kWindow], -1); rc != 0) die("send wait", rc);
+            ++done;
           }
           lt_node_t src = 0;
           size_t got = 0;
           char z;
           if (int rc = LT_send(e, peer, 3, nullptr, 0); rc != 0) die("send", rc);
           if (int rc = LT_recv(e, 4, &z, 1, &src, &got, -1); rc != 0) die("recv", rc);
-          printf("bw op=send size=%llu window=1 MBps=%.1f\n", static_cast<unsigned long long>(size),
-                 static_cast<double>(total * size) / (us_since(t0) / 1e6) / 1e6);
+          double secs = us_since(t0) / 1e6;
+          printf("bw op=send size=%llu window=%d MBps=%.1f msgs_per_s=%.0f\n",
+                 static_cast<unsigned long long>(size), kWindow,
+                 static_cast<double>(total * size) / secs / 1e6, static_cast<double>(total) / secs);
           fflush(stdout);
         }
       }
