@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -299,6 +300,18 @@ int LT_regRPC(lt_engine_t* e, uint32_t func_id, lt_rpc_fn fn, void* ctx) {
                              *out_len = n;
                              return lt::Status::ok();
                            }));
+}
+
+int LT_peer_transport(lt_engine_t* e, lt_node_t node, char* name, size_t name_cap, char* why,
+                      size_t why_cap) {
+  if (e == nullptr || name == nullptr || name_cap == 0 || (why == nullptr && why_cap != 0)) {
+    return -LT_ERR_INVAL;
+  }
+  auto r = e->core.peer_transport(node);
+  if (!r.is_ok()) return rc(r.status());
+  std::snprintf(name, name_cap, "%s", r.value().first.c_str());
+  if (why_cap) std::snprintf(why, why_cap, "%s", r.value().second.c_str());
+  return 0;
 }
 
 int LT_regRPC_loop(lt_engine_t* e, uint32_t func_id) {

@@ -45,17 +45,35 @@ struct Core::Mapping {
   uint64_t cap = 0;
   uint32_t rights = 0;
   uint64_t size = 0;
+  uint64_t rkey = 0;  // owner's shm region key: native access when it shares our host
   bool master = false;
   SipKey secret;  // master only: mints capabilities for mappers
 };
 
-// Memory this node owns on behalf of an LMR's master.
+namespace {
+// Where an LMR's liveness word sits: after its data, 8-byte aligned.
+constexpr uint64_t alive_offset(uint64_t size) { return (size + 7) & ~uint64_t{7}; }
+}  // namespace
+
+// Memory this node owns on behalf of an LMR's master. It comes from the shm
+// transport when that is enabled, so same-host peers can reach it natively;
+// the 8-byte word after the data (at alive_offset(size)) holds the LMR's key
+// while it exists and 0 once freed, which is how a native access from a
+// peer tells a live LMR from a freed one.
 struct Core::LocalLmr {
   std::byte* mem = nullptr;
   uint64_t size = 0;
   SipKey secret;
   NodeId master = 0;
-  ~LocalLmr() { std::free(mem); }
+  uint64_t key = 0;  // in lmrs_
+  transport::MemRegion region;
+  transport::Transport* from = nullptr;  // whose alloc_memory made `region`
+  ~LocalLmr() {
+    if (from == nullptr) return;
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(mem + alive_offset(size)))
+        .store(0, std::memory_order_release);
+    from->free_memory(region);
+  }
 };
 
 enum class Core::ReqKind : uint8_t {
@@ -152,8 +170,39 @@ Core::~Core() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-std::string Core::transport_address() const {
-  return transport_ ? transport_->local_address() : std::string();
+std::string Core::transport_address() const { return tcp_ ? tcp_->local_address() : ""; }
+
+Result<std::pair<std::string, std::string>> Core::peer_transport(NodeId node) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (node == self()) return std::pair<std::string, std::string>{"self", "this node"};
+  transport::Endpoint* ep;
+  LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
+  const PeerSlot& ps = peers_[node];
+  transport::Transport* t = ps.via.load(std::memory_order_acquire);
+  const char* why = ps.why.load(std::memory_order_acquire);
+  if (t == nullptr) return Code::kPeerDown;
+  return std::pair<std::string, std::string>{t->name(), why ? why : ""};
+}
+
+transport::Transport* Core::pick_transport(const transport::PeerInfo& info,
+                                           const char** why) const {
+  bool same_host = !info.host_id.empty() && info.host_id == host_id_;
+  if (shm_ != nullptr && same_host && !info.shm_address.empty()) {
+    *why = "same host (boot id and network namespace match)";
+    return shm_;
+  }
+  if (tcp_ != nullptr) {
+    if (!same_host) {
+      *why = "other host or network namespace";
+    } else if (shm_ == nullptr) {
+      *why = "same host, but shm is not in this node's transports";
+    } else {
+      *why = "same host, but the peer offers no shm";
+    }
+    return tcp_;
+  }
+  *why = "no common transport";
+  return nullptr;
 }
 
 // ---------------------------------------------------------------- lifecycle
@@ -161,20 +210,46 @@ std::string Core::transport_address() const {
 Status Core::join() {
   if (joined_.load()) return Code::kInvalidArg;
   LT_DEBUG("join: start");
-  if (config_.transports.find("tcp") == std::string::npos) {
-    LT_ERROR("transports '%s': only tcp is available in this build", config_.transports.c_str());
-    return Code::kUnsupported;
+  // transports: a comma-separated list of tcp and shm (LTIER_TRANSPORTS).
+  bool want_tcp = false, want_shm = false;
+  for (size_t i = 0; i <= config_.transports.size();) {
+    size_t j = config_.transports.find(',', i);
+    if (j == std::string::npos) j = config_.transports.size();
+    std::string name = config_.transports.substr(i, j - i);
+    if (name == "tcp") {
+      want_tcp = true;
+    } else if (name == "shm") {
+      want_shm = true;
+    } else {
+      LT_ERROR("transports '%s': unknown transport '%s' (known: tcp, shm)",
+               config_.transports.c_str(), name.c_str());
+      return Code::kInvalidArg;
+    }
+    i = j + 1;
   }
-  auto t = transport::make_tcp_transport(config_.tcp);
-  if (!t) return t.status();
-  transport_ = std::move(t.value());
-  max_payload_ = transport_->caps().max_msg;
+  std::string addresses;
+  if (want_tcp) {
+    auto t = transport::make_tcp_transport(config_.tcp);
+    if (!t) return t.status();
+    tcp_ = t->get();
+    addresses = "tcp=" + tcp_->local_address();
+    transports_.push_back(std::move(t.value()));
+  }
+  if (want_shm) {
+    auto t = transport::make_shm_transport(config_.shm);
+    if (!t) return t.status();
+    shm_ = t->get();
+    addresses += (addresses.empty() ? "shm=" : " shm=") + shm_->local_address();
+    transports_.push_back(std::move(t.value()));
+  }
+  max_payload_ = UINT32_MAX;
+  for (auto& t : transports_) max_payload_ = std::min(max_payload_, t->caps().max_msg);
+  host_id_ = net::host_id();
   Deadline d = Deadline::after_ms(config_.cluster.join_timeout_ms);
-  LT_DEBUG("join: transport up at %s", transport_->local_address().c_str());
-  LT_RETURN_IF_ERROR(
-      membership_.join(config_.cluster, config_.qos.tenant, transport_->local_address(), d));
+  LT_DEBUG("join: transports up at %s", addresses.c_str());
+  LT_RETURN_IF_ERROR(membership_.join(config_.cluster, config_.qos.tenant, addresses, d));
   LT_DEBUG("join: admitted as node %u", membership_.self());
-  transport_->set_identity(membership_.self(), membership_.cluster_token());
+  for (auto& t : transports_) t->set_identity(membership_.self(), membership_.cluster_token());
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   running_.store(true);
   joined_.store(true);
@@ -182,7 +257,7 @@ Status Core::join() {
   for (uint32_t i = 0; i < config_.engine.rpc_workers; ++i) {
     rpc_workers_.emplace_back([this] { rpc_worker_loop(); });
   }
-  LT_INFO("joined as node %u, tcp %s", membership_.self(), transport_->local_address().c_str());
+  LT_INFO("joined as node %u, %s", membership_.self(), addresses.c_str());
   return Status::ok();
 }
 
@@ -219,7 +294,7 @@ void Core::progress_loop() {
     ev.data.u32 = tag;
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
   };
-  add(transport_->wait_fd(), 0);
+  for (auto& t : transports_) add(t->wait_fd(), 0);
   add(membership_.fd(), 1);
   add(wake_fd_, 2);
   std::vector<Membership::Event> events;
@@ -463,19 +538,28 @@ Status Core::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
 }
 
 bool Core::progress() {
-  if (!transport_) return false;
+  if (transports_.empty()) return false;
   bool did = false;
   want_.store(true);
   while (want_.load()) {
     if (busy_.exchange(true)) return did;  // the holder re-checks want_ before it leaves
     want_.store(false);
-    for (;;) {
-      size_t n = transport_->poll(cq_);
-      if (n == 0) break;
-      did = true;
-      for (size_t i = 0; i < n; ++i) handle(cq_[i]);
-      transport_->release_rx(std::span<const Completion>(cq_.data(), n));
+    holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    for (auto& t : transports_) {
+      for (;;) {
+        size_t n = t->poll(cq_);
+        if (n == 0) break;
+        did = true;
+        for (size_t i = 0; i < n; ++i) {
+          more_in_batch_ = i + 1 < n;
+          handle(cq_[i]);
+        }
+        more_in_batch_ = false;
+        t->release_rx(std::span<const Completion>(cq_.data(), n));
+      }
     }
+    for (auto& t : transports_) t->flush();
+    holder_.store(std::thread::id(), std::memory_order_relaxed);
     busy_.store(false);
   }
   return did;
@@ -712,14 +796,36 @@ Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
   }
   // A peer can reach us before the manager's MemberUp for it does; its
   // inbound connection (authenticated by the cluster token) is then reused.
-  auto info = membership_.peer(p);
-  if (!info) info = transport::PeerInfo{p, "", ""};
   Deadline cd = Deadline::after_ms(config_.tcp.connect_timeout_ms);
   if (d.at_ns() < cd.at_ns()) cd = d;
-  auto ep = transport_->connect(*info, cd);
+  auto info = membership_.peer(p);
+  Result<std::unique_ptr<transport::Endpoint>> ep = Code::kPeerDown;
+  transport::Transport* via = nullptr;
+  const char* why = "";
+  if (info) {
+    via = pick_transport(*info, &why);
+    if (via == nullptr) {
+      LT_WARN("node %u: no common transport (ours: %s)", p, config_.transports.c_str());
+      return Code::kUnsupported;
+    }
+    ep = via->connect(*info, cd);
+  } else {
+    // Not in our address book yet: only an inbound connection (whichever
+    // transport it came on, authenticated by the cluster token) can serve.
+    for (auto& t : transports_) {
+      ep = t->connect(transport::PeerInfo{p, "", "", ""}, cd);
+      if (ep) {
+        via = t.get();
+        why = "the peer connected first";
+        break;
+      }
+    }
+  }
   if (!ep) return ep.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
   e = ep->get();
   endpoints_.push_back(std::move(ep.value()));
+  ps.via.store(via, std::memory_order_release);
+  ps.why.store(why, std::memory_order_release);
   ps.ep.store(e, std::memory_order_release);
   *out = e;
   return Status::ok();
@@ -740,6 +846,12 @@ Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size
   wr.sge[0] = {static_cast<const std::byte*>(hdr), static_cast<uint32_t>(hlen), 0};
   wr.sge[1] = {static_cast<const std::byte*>(data), static_cast<uint32_t>(dlen), 0};
   if (reply) wr.flags |= transport::kWrMustQueue;
+  // A reply sent while handling a batch with more to come waits for the
+  // batch's last reply (or the flush after it): one system call per batch.
+  if (reply && holder_.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
+      more_in_batch_) {
+    wr.flags |= transport::kWrMore;
+  }
   for (;;) {
     auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
     if (!r) {
@@ -822,18 +934,11 @@ Result<LmrHandle> Core::malloc(NodeId node, uint64_t size, uint32_t rights, Dead
   m->master = true;
   if (node == self()) {
     if (size > config_.engine.max_lmr_bytes) return Code::kNoMemory;
-    auto l = std::make_shared<LocalLmr>();
-    size_t rounded = (size + 4095) & ~size_t{4095};
-    l->mem = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
-    if (l->mem == nullptr) return Code::kNoMemory;
-    std::memset(l->mem, 0, rounded);
-    l->size = size;
-    l->secret = {random_u64(), random_u64()};
-    l->master = self();
-    m->secret = l->secret;
-    auto key = lmrs_.insert(l);
-    if (!key) return key.status();
-    m->key = *key;
+    auto l = new_lmr(size, self());
+    if (!l) return l.status();
+    m->secret = (*l)->secret;
+    m->key = (*l)->key;
+    m->rkey = (*l)->region.rkey;
   } else {
     ReqId id;
     auto r = alloc_request(ReqKind::kAlloc, node, &id);
@@ -845,6 +950,7 @@ Result<LmrHandle> Core::malloc(NodeId node, uint64_t size, uint32_t rights, Dead
     if (!s.is_ok()) return s;
     m->key = res.alloc.key;
     m->secret = {res.alloc.secret0, res.alloc.secret1};
+    m->rkey = res.alloc.rkey;
   }
   m->cap = cap_for(m->secret, m->key, m->rights);
   auto h = handles_.insert(m);
@@ -941,6 +1047,7 @@ Result<LmrHandle> Core::map(const std::string& name, uint32_t rights, Deadline d
     m->size = src->size;
     m->rights = rights;
     m->cap = cap_for(src->secret, src->key, rights);
+    m->rkey = src->rkey;
   } else {
     ReqId id;
     auto r = alloc_request(ReqKind::kMap, *master, &id);
@@ -955,6 +1062,7 @@ Result<LmrHandle> Core::map(const std::string& name, uint32_t rights, Deadline d
     m->cap = res.mapr.lmr.cap;
     m->rights = res.mapr.rights;
     m->size = res.mapr.size;
+    m->rkey = res.mapr.rkey;
   }
   return handles_.insert(m);
 }
@@ -974,6 +1082,61 @@ Result<uint64_t> Core::lmr_size(LmrHandle h) const {
 
 // ---------------------------------------------------------------- one-sided ops
 
+// Memory for an LMR of `size` bytes (zero-filled) plus its liveness word,
+// entered in the LMR table.
+Result<std::shared_ptr<Core::LocalLmr>> Core::new_lmr(uint64_t size, NodeId master) {
+  if (size == 0) return Code::kInvalidArg;
+  if (size > config_.engine.max_lmr_bytes) return Code::kNoMemory;
+  transport::Transport* t = shm_ != nullptr ? shm_ : transports_.front().get();
+  auto region = t->alloc_memory(alive_offset(size) + sizeof(uint64_t), transport::kRemoteAll);
+  if (!region) return region.status().code() == Code::kInvalidArg ? Code::kInvalidArg
+                                                                  : Code::kNoMemory;
+  auto l = std::make_shared<LocalLmr>();
+  l->region = *region;
+  l->from = t;
+  l->mem = region->addr;
+  l->size = size;
+  l->secret = {random_u64(), random_u64()};
+  l->master = master;
+  auto key = lmrs_.insert(l);
+  if (!key) return key.status();
+  l->key = *key;
+  std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(l->mem + alive_offset(size)))
+      .store(*key, std::memory_order_release);
+  return l;
+}
+
+// The endpoint for native one-sided access to m's memory: the owner shares
+// our host and the LMR lives in its shm memory. Null: use messages.
+transport::Endpoint* Core::native_endpoint(const Mapping& m) {
+  if (m.rkey == 0 || shm_ == nullptr || m.owner == self()) return nullptr;
+  transport::Endpoint* ep;
+  if (!endpoint(m.owner, default_deadline(), &ep).is_ok()) return nullptr;
+  return peers_[m.owner].via.load(std::memory_order_relaxed) == shm_ ? ep : nullptr;
+}
+
+// One native op on a same-host peer's LMR (rights and bounds were checked
+// against the handle): first the LMR's liveness word, so an op on a freed
+// LMR fails with kBadHandle as it would at the owner, then the op itself.
+Status Core::native_op(const Mapping& m, transport::Endpoint* ep, const WorkRequest& wr) {
+  uint64_t alive = 0;
+  WorkRequest chk;
+  chk.op = transport::Op::kRead;
+  chk.num_sge = 1;
+  chk.sge[0] = {reinterpret_cast<std::byte*>(&alive), sizeof(alive), 0};
+  chk.remote = {alive_offset(m.size), m.rkey};
+  for (const WorkRequest* w : {&chk, &wr}) {
+    auto r = ep->post(std::span<const WorkRequest>(w, 1));
+    if (!r) {
+      if (r.status().code() == Code::kPeerDown) retire_endpoint(m.owner);
+      return r.status().code() == Code::kOutOfBounds ? Code::kBadHandle : r.status();
+    }
+    if (*r != 1) return Code::kNoResource;  // one-sided ops never queue; not expected
+    if (w == &chk && alive != m.key) return Code::kBadHandle;
+  }
+  return Status::ok();
+}
+
 Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
   Mapping m;
   LT_RETURN_IF_ERROR(check_range(h, kRightRead, off, len, &m));
@@ -987,6 +1150,14 @@ Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t le
       return Status::ok();
     });
     return done_request(s);
+  }
+  if (transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr) {
+    WorkRequest wr;
+    wr.op = transport::Op::kRead;
+    wr.num_sge = 1;
+    wr.sge[0] = {static_cast<std::byte*>(buf), static_cast<uint32_t>(len), 0};
+    wr.remote = {off, m.rkey};
+    return done_request(native_op(m, ep, wr));
   }
   if (len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
   ReqId id;
@@ -1012,6 +1183,14 @@ Result<ReqId> Core::write_async(LmrHandle h, uint64_t off, const void* buf, uint
       return Status::ok();
     });
     return done_request(s);
+  }
+  if (transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr) {
+    WorkRequest wr;
+    wr.op = transport::Op::kWrite;
+    wr.num_sge = 1;
+    wr.sge[0] = {static_cast<const std::byte*>(buf), static_cast<uint32_t>(len), 0};
+    wr.remote = {off, m.rkey};
+    return done_request(native_op(m, ep, wr));
   }
   if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
   ReqId id;
@@ -1147,6 +1326,16 @@ Result<ReqId> Core::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uin
       return Status::ok();
     });
     return done_request(s);
+  }
+  if (transport::Endpoint* ep = native_endpoint(m)) {
+    WorkRequest wr;
+    wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
+    wr.num_sge = 1;
+    wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
+    wr.remote = {off, m.rkey};
+    wr.operand = operand;
+    wr.compare = compare;
+    return done_request(native_op(m, ep, wr));
   }
   ReqId id;
   auto r = alloc_request(ReqKind::kAtomic, m.owner, &id);
@@ -1319,7 +1508,18 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
     ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
     return Code::kNoResource;
   }
-  if (len <= config_.tcp.eager_max_bytes || node == self()) {
+  uint64_t eager_max = config_.tcp.eager_max_bytes;
+  if (node != self()) {
+    transport::Endpoint* ep;
+    if (Status es = endpoint(node, default_deadline(), &ep); !es.is_ok()) {
+      ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      return es;
+    }
+    if (shm_ != nullptr && ps.via.load(std::memory_order_relaxed) == shm_) {
+      eager_max = config_.shm.eager_max_bytes;
+    }
+  }
+  if (len <= eager_max || node == self()) {
     // The request comes first: once the message is out, the call succeeds.
     ReqId id;
     auto r = alloc_request(ReqKind::kPlain, 0, &id);
@@ -1615,24 +1815,17 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
         reply_status(from, h.req_id, q.size == 0 ? Code::kInvalidArg : Code::kNoMemory);
         return;
       }
-      auto l = std::make_shared<LocalLmr>();
-      size_t rounded = (q.size + 4095) & ~size_t{4095};
-      l->mem = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
-      if (l->mem == nullptr) {
-        reply_status(from, h.req_id, Code::kNoMemory);
+      auto l = new_lmr(q.size, from);
+      if (!l) {
+        reply_status(from, h.req_id, l.status());
         return;
       }
-      std::memset(l->mem, 0, rounded);
-      l->size = q.size;
-      l->secret = {random_u64(), random_u64()};
-      l->master = from;
-      auto key = lmrs_.insert(l);
-      if (!key) {
-        reply_status(from, h.req_id, key.status());
-        return;
-      }
-      AllocReply rep{make_header(MsgOp::kAllocReply, h.req_id), *key, l->secret.k0, l->secret.k1,
-                     q.size};
+      AllocReply rep{make_header(MsgOp::kAllocReply, h.req_id),
+                     (*l)->key,
+                     (*l)->secret.k0,
+                     (*l)->secret.k1,
+                     q.size,
+                     (*l)->region.rkey};
       (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
       return;
     }
@@ -1700,8 +1893,12 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
         reply_status(from, h.req_id, s);
         return;
       }
-      MapReply rep{make_header(MsgOp::kMapReply, h.req_id), src->owner, q.rights, src->size,
-                   LmrRef{src->key, cap_for(src->secret, src->key, q.rights), q.rights, 0}};
+      MapReply rep{make_header(MsgOp::kMapReply, h.req_id),
+                   src->owner,
+                   q.rights,
+                   src->size,
+                   LmrRef{src->key, cap_for(src->secret, src->key, q.rights), q.rights, 0},
+                   src->rkey};
       (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
       return;
     }

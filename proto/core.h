@@ -59,6 +59,9 @@ class Core {
   Deadline default_deadline() const { return Deadline::after_ms(config_.engine.op_timeout_ms); }
   const Config& config() const { return config_; }
   std::string transport_address() const;
+  /// The transport this node uses for `node` ("tcp", "shm", "self") and
+  /// why; connects first if the peer was not used yet. kPeerDown.
+  Result<std::pair<std::string, std::string>> peer_transport(NodeId node);
 
   // LMR directory (blocking, control path).
   Result<LmrHandle> malloc(NodeId node, uint64_t size, uint32_t rights, Deadline d);
@@ -205,6 +208,9 @@ class Core {
   template <typename F>
   Status with_lmr(uint64_t key, F&& f);
   Status check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const;
+  Result<std::shared_ptr<LocalLmr>> new_lmr(uint64_t size, NodeId master);
+  transport::Endpoint* native_endpoint(const Mapping& m);
+  Status native_op(const Mapping& m, transport::Endpoint* ep, const transport::WorkRequest& wr);
   uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const;
   void progress_loop();
   void on_member_down(NodeId n);
@@ -234,8 +240,16 @@ class Core {
   Config config_;
   qos::Scheduler sched_;
   Membership membership_;
-  std::unique_ptr<transport::Transport> transport_;
+  // Transports in use, and the ones peers are picked among (either may be
+  // null). Set at join, then read-only.
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  transport::Transport* tcp_ = nullptr;
+  transport::Transport* shm_ = nullptr;
+  std::string host_id_;
   uint32_t max_payload_ = 0;
+  /// The transport for a peer and why: shm when it runs on this host (same
+  /// boot id and network namespace) and both allow shm, else tcp.
+  transport::Transport* pick_transport(const transport::PeerInfo& info, const char** why) const;
 
   SlotTable<std::shared_ptr<LocalLmr>> lmrs_;    // memory this node owns
   SlotTable<std::shared_ptr<Mapping>> handles_;  // handles this process holds
@@ -258,6 +272,8 @@ class Core {
   static constexpr NodeId kMaxNodes = kMaxNodeId;
   struct PeerSlot {
     std::atomic<transport::Endpoint*> ep{nullptr};
+    std::atomic<transport::Transport*> via{nullptr};  // the transport of `ep`
+    std::atomic<const char*> why{nullptr};            // why that one (a string literal)
     std::atomic<bool> down{false};
     std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
     std::atomic<int32_t> msg_in_flight{0};  // message credits used at this receiver
@@ -289,6 +305,11 @@ class Core {
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;  // owned; never freed early
 
   std::atomic<bool> busy_{false}, want_{false};
+  // The progress token holder while it handles a batch, and whether more
+  // completions of that batch follow the one being handled (holder-only):
+  // replies it sends meanwhile are corked (kWrMore) and go out together.
+  std::atomic<std::thread::id> holder_{};
+  bool more_in_batch_ = false;
   std::vector<transport::Completion> cq_;  // used by the progress token holder only
 
   std::atomic<bool> running_{false};

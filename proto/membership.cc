@@ -186,7 +186,24 @@ std::optional<transport::PeerInfo> Membership::peer(NodeId n) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = members_.find(n);
   if (it == members_.end()) return std::nullopt;
-  return transport::PeerInfo{n, it->second.tcp_address, it->second.host_id};
+  // The address field lists one "transport=address" per transport, space
+  // separated; a bare address is a tcp one.
+  transport::PeerInfo info{n, "", it->second.host_id, ""};
+  const std::string& a = it->second.tcp_address;
+  for (size_t i = 0; i < a.size();) {
+    size_t j = a.find(' ', i);
+    if (j == std::string::npos) j = a.size();
+    std::string tok = a.substr(i, j - i);
+    if (tok.rfind("tcp=", 0) == 0) {
+      info.tcp_address = tok.substr(4);
+    } else if (tok.rfind("shm=", 0) == 0) {
+      info.shm_address = tok.substr(4);
+    } else if (tok.find('=') == std::string::npos && !tok.empty()) {
+      info.tcp_address = tok;
+    }
+    i = j + 1;
+  }
+  return info;
 }
 
 std::vector<Member> Membership::members() const {

@@ -90,8 +90,9 @@ struct AllocReply {
   uint64_t secret0;  // the LMR's capability key, kept by its master only
   uint64_t secret1;
   uint64_t size;
+  uint64_t rkey;  // the owner's shm region key (native one-sided access on its host); 0: none
 };
-static_assert(sizeof(AllocReply) == 48);
+static_assert(sizeof(AllocReply) == 56);
 
 struct FreeReq {
   MsgHeader h;
@@ -114,8 +115,9 @@ struct MapReply {
   uint32_t rights;
   uint64_t size;
   LmrRef lmr;
+  uint64_t rkey;  // as AllocReply::rkey
 };
-static_assert(sizeof(MapReply) == 56);
+static_assert(sizeof(MapReply) == 64);
 
 enum class AtomicKind : uint32_t { kFetchAdd = 1, kCompareSwap = 2 };
 

@@ -3,6 +3,9 @@
 //   ltier-info                 transports and build facts
 //   ltier-info --config [FILE] every configuration key: YAML path, environment
 //                              variable, effective value, help
+//   ltier-info --peers [--manager H:P] [--secret S] [--config FILE]
+//                              joins the cluster briefly and prints, for every
+//                              node, the transport this process picks and why
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -16,7 +19,45 @@ void print_key(void*, const char* key, const char* env, const char* value, const
 }
 }  // namespace
 
+int peers(int argc, char** argv) {
+  lt_join_opts_t o{};
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--manager") == 0) {
+      o.manager = argv[i + 1];
+    } else if (std::strcmp(argv[i], "--secret") == 0) {
+      o.secret = argv[i + 1];
+    } else if (std::strcmp(argv[i], "--config") == 0) {
+      o.config_path = argv[i + 1];
+    } else {
+      fprintf(stderr, "ltier-info: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  lt_engine_t* e = nullptr;
+  int rc = LT_join(&o, &e);
+  if (rc != 0) {
+    fprintf(stderr, "ltier-info: join failed: %s\n", LT_strerror(rc));
+    return 1;
+  }
+  lt_node_t ids[1024];
+  size_t n = 0;
+  (void)LT_nodes(e, ids, 1024, &n);
+  printf("%-6s %-6s %s\n", "node", "via", "why");
+  for (size_t i = 0; i < n && i < 1024; ++i) {
+    char name[16], why[128];
+    rc = LT_peer_transport(e, ids[i], name, sizeof(name), why, sizeof(why));
+    if (rc != 0) {
+      printf("%-6u %-6s %s\n", ids[i], "-", LT_strerror(rc));
+    } else {
+      printf("%-6u %-6s %s%s\n", ids[i], name, why, ids[i] == LT_node_id(e) ? " (ltier-info)" : "");
+    }
+  }
+  LT_leave(e);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--peers") == 0) return peers(argc, argv);
   if (argc >= 2 && std::strcmp(argv[1], "--config") == 0) {
     printf("%-26s %-30s %-18s %s\n", "key", "environment", "value", "meaning");
     int rc = LT_config_keys(argc >= 3 ? argv[2] : nullptr, print_key, nullptr);
@@ -27,12 +68,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc >= 2) {
-    fprintf(stderr, "usage: ltier-info [--config [FILE]]\n");
+    fprintf(stderr, "usage: ltier-info [--config [FILE]] [--peers [--manager H:P] [--secret S]]\n");
     return 2;
   }
   printf("ltier transports:\n");
   printf("  tcp    available  (epoll, framed, one connection per peer)\n");
-  printf("  shm    planned    (same-host peers)\n");
+  printf("  shm    available  (same-host peers: memfd rings, native one-sided ops)\n");
   printf("  verbs  planned    (RC shared QP pool, UD fallback)\n");
   printf("select with LTIER_TRANSPORTS or the 'transports' key; see ltier-info --config\n");
   return 0;

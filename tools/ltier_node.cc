@@ -6,6 +6,7 @@
 //
 //   id                          -> ok NODE_ID
 //   nodes                       -> ok ID ID ...
+//   transport NODE              -> ok NAME WHY    (LT_peer_transport: shm, tcp or self)
 //   malloc NODE SIZE RIGHTS     -> ok HANDLE      (RIGHTS: r, w, rw)
 //   free H | unmap H            -> ok
 //   publish H NAME RIGHTS       -> ok
@@ -192,6 +193,13 @@ std::string run(lt_engine_t* e, const std::string& line) {
       char a[128];
       int rc = LT_local_address(e, a, sizeof(a));
       return rc ? err(rc) : std::string("ok ") + a;
+    }
+    if (cmd == "transport") {
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      char name[16], why[128];
+      int rc = LT_peer_transport(e, node, name, sizeof(name), why, sizeof(why));
+      if (rc) return err(rc);
+      return std::string("ok ") + name + " " + why;
     }
     if (cmd == "nodes") {
       lt_node_t ids[1024];

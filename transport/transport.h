@@ -47,6 +47,11 @@ inline constexpr uint8_t kWrSignaled = 1;  // WorkRequest::flags: report a kSend
 // WorkRequest::flags: never refuse for back-pressure (replies, which must not
 // be dropped and are bounded by the requests that caused them).
 inline constexpr uint8_t kWrMustQueue = 2;
+// WorkRequest::flags: more posts to this peer follow at once (the poller's
+// replies to a batch of requests). A stream transport may hold a small
+// message and send it with the next post without the flag, or at flush():
+// one system call for the batch. Ignored where it does not help.
+inline constexpr uint8_t kWrMore = 4;
 inline constexpr int kMaxSge = 2;
 
 struct WorkRequest {  // trivially copyable, preallocated by the caller
@@ -121,6 +126,9 @@ class Transport {
   /// Hands back the rx buffers of `done`. The engine releases every kRecv
   /// of one poll() before it polls again.
   virtual void release_rx(std::span<const Completion> done) = 0;
+  /// Sends what posts with kWrMore left held. Called by the poller after
+  /// handling a batch; cheap when nothing is held.
+  virtual void flush() {}
   /// Readable when poll() has work; block on it once the spin budget is spent.
   virtual int wait_fd() const = 0;
 };

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <random>
@@ -17,22 +18,35 @@ namespace {
 
 std::string id_of(Proc* p) { return ok_value(p->cmd("id")); }
 
-class ThreeNodes : public ::testing::Test {
+// Three nodes on this host, run once per transport set: "tcp" only, and the
+// default (shm for same-host peers, with native one-sided ops and atomics).
+class ThreeNodes : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.ok()) << "ltier-manager did not start";
     for (auto*& n : nodes_) {
-      n = cluster_.add_node();
+      n = cluster_.add_node({std::string("LTIER_TRANSPORTS=") + GetParam()});
       ASSERT_NE(n, nullptr) << "ltier-node did not become ready";
     }
     for (int i = 0; i < 3; ++i) ids_[i] = id_of(nodes_[i]);
+    // Every pair uses the transport the parameter implies.
+    std::string want = std::string(GetParam()) == "tcp" ? "ok tcp" : "ok shm";
+    for (int i = 0; i < 3; ++i) {
+      std::string got = nodes_[i]->cmd("transport " + ids_[(i + 1) % 3]);
+      ASSERT_EQ(got.rfind(want, 0), 0u) << got;
+    }
   }
   Cluster cluster_;
   Proc* nodes_[3] = {};
   std::string ids_[3];
 };
 
-TEST_F(ThreeNodes, WriteOnOneNodeReadOnAnother) {
+INSTANTIATE_TEST_SUITE_P(Transports, ThreeNodes, ::testing::Values("tcp", "shm,tcp"),
+                         [](const ::testing::TestParamInfo<const char*>& p) {
+                           return std::string(p.param) == "tcp" ? "tcp" : "shm_tcp";
+                         });
+
+TEST_P(ThreeNodes, WriteOnOneNodeReadOnAnother) {
   Proc *a = nodes_[0], *c = nodes_[2];
   // Memory lives on node b; a is its master; c maps it by name.
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));
@@ -48,7 +62,7 @@ TEST_F(ThreeNodes, WriteOnOneNodeReadOnAnother) {
   EXPECT_EQ(c->cmd("sum " + hc + " 0 4096"), "ok " + std::to_string(4096 * 7));
 }
 
-TEST_F(ThreeNodes, MemsetAndMemcpyAcrossNodes) {
+TEST_P(ThreeNodes, MemsetAndMemcpyAcrossNodes) {
   Proc* a = nodes_[0];
   std::string src = ok_value(a->cmd("malloc " + ids_[1] + " 1048576 rw"));
   std::string dst = ok_value(a->cmd("malloc " + ids_[2] + " 1048576 rw"));
@@ -104,7 +118,7 @@ TEST(SmallFrames, LongOperationsAreSplitAndExact) {
             "ok " + std::to_string((n - 3) * 5 + 6));
 }
 
-TEST_F(ThreeNodes, BadAccessIsRejectedAndTouchesNothing) {
+TEST_P(ThreeNodes, BadAccessIsRejectedAndTouchesNothing) {
   Proc *a = nodes_[0], *c = nodes_[2];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rw"));
   ASSERT_FALSE(h.empty());
@@ -145,7 +159,7 @@ TEST_F(ThreeNodes, BadAccessIsRejectedAndTouchesNothing) {
 
 // 3 nodes x 4 threads of fetch_add on one word give the exact sum: the owner
 // node's own threads take the local path, the others go over tcp.
-TEST_F(ThreeNodes, FetchAddFromEveryNodeAndThreadIsExact) {
+TEST_P(ThreeNodes, FetchAddFromEveryNodeAndThreadIsExact) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rwa"));
   ASSERT_FALSE(h.empty());
@@ -165,7 +179,7 @@ TEST_F(ThreeNodes, FetchAddFromEveryNodeAndThreadIsExact) {
   EXPECT_EQ(a->cmd("read " + h + " 16 8"), "ok 0000000000000000");
 }
 
-TEST_F(ThreeNodes, CompareSwapAndAtomicErrors) {
+TEST_P(ThreeNodes, CompareSwapAndAtomicErrors) {
   Proc *a = nodes_[0], *c = nodes_[2];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rwa"));
   ASSERT_FALSE(h.empty());
@@ -191,7 +205,7 @@ TEST_F(ThreeNodes, CompareSwapAndAtomicErrors) {
 
 // A non-atomic read-modify-write under a named lock, from 3 nodes x 4
 // threads, stays exact.
-TEST_F(ThreeNodes, LockProtectedCounterIsExact) {
+TEST_P(ThreeNodes, LockProtectedCounterIsExact) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 64 rw"));
   ASSERT_FALSE(h.empty());
@@ -209,7 +223,7 @@ TEST_F(ThreeNodes, LockProtectedCounterIsExact) {
   EXPECT_EQ(a->cmd("read " + h + " 0 8"), std::string("ok ") + hex);
 }
 
-TEST_F(ThreeNodes, BarriersOverFiftyGenerations) {
+TEST_P(ThreeNodes, BarriersOverFiftyGenerations) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   std::string h = ok_value(a->cmd("malloc " + ids_[0] + " 64 rwa"));
   ASSERT_FALSE(h.empty());
@@ -222,7 +236,7 @@ TEST_F(ThreeNodes, BarriersOverFiftyGenerations) {
   for (Proc* p : {a, b, c}) EXPECT_EQ(p->read_line(120000), "ok");
 }
 
-TEST_F(ThreeNodes, LockAndBarrierErrors) {
+TEST_P(ThreeNodes, LockAndBarrierErrors) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   EXPECT_EQ(a->cmd("unlock never.taken"), "err LT_ERR_PERM");
   EXPECT_EQ(a->cmd("lock l1"), "ok");
@@ -250,7 +264,7 @@ TEST_F(ThreeNodes, LockAndBarrierErrors) {
   EXPECT_EQ(a->cmd("barrier b1 0"), "err LT_ERR_INVAL");
 }
 
-TEST_F(ThreeNodes, RpcEchoErrorsAndManyOutstanding) {
+TEST_P(ThreeNodes, RpcEchoErrorsAndManyOutstanding) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 0a0b0c"), "ok 0a0b0c");
   EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 -"), "ok -");  // 0 bytes each way
@@ -282,7 +296,7 @@ TEST_F(ThreeNodes, RpcEchoErrorsAndManyOutstanding) {
 // while two clients call; a request larger than the server's buffer is
 // reported truncated and then served (nothing lost); an error status passes
 // through; spent tokens are refused (checked inside rpc_loop).
-TEST_F(ThreeNodes, RpcServerLoopAnswersInItsOwnThreads) {
+TEST_P(ThreeNodes, RpcServerLoopAnswersInItsOwnThreads) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   // 2 x 3 calls below + 1 denied + 1 large = 8 requests.
   ASSERT_TRUE(b->send("rpc_loop 6 8 2 16"));
@@ -322,7 +336,7 @@ TEST(RpcWorkers, BlockingHandlerDoesNotStallOthers) {
 
 // Messages from two senders, eager and rendezvous sizes, keep per-sender
 // order and content.
-TEST_F(ThreeNodes, MessagesKeepOrderPerSourceAndPort) {
+TEST_P(ThreeNodes, MessagesKeepOrderPerSourceAndPort) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   ASSERT_TRUE(a->send("send_seq " + ids_[1] + " 6 150 100"));
   ASSERT_TRUE(c->send("send_seq " + ids_[1] + " 6 150 100"));
@@ -357,7 +371,7 @@ TEST_F(ThreeNodes, MessagesKeepOrderPerSourceAndPort) {
 // A receiver that stops receiving pushes back: async sends get LT_ERR_AGAIN
 // after engine.msg_credits unconsumed messages, blocking sends wait, and
 // nothing is dropped.
-TEST_F(ThreeNodes, ReceiverBackPressure) {
+TEST_P(ThreeNodes, ReceiverBackPressure) {
   Proc *a = nodes_[0], *b = nodes_[1];
   EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1000"), "ok 64 again");
   EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1"), "ok 0 again");
@@ -376,7 +390,7 @@ TEST_F(ThreeNodes, ReceiverBackPressure) {
   EXPECT_EQ(b->cmd("recv 10 400000"), "ok " + ids_[0] + " abcd");
 }
 
-TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
+TEST_P(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));
   ASSERT_FALSE(h.empty());
@@ -391,20 +405,58 @@ TEST_F(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   EXPECT_EQ(a->cmd("write " + h2 + " 0 11"), "ok");
 }
 
-TEST_F(ThreeNodes, StoppedNodeIsDeclaredDownByHeartbeat) {
+// /dev/shm entries (shm segments are memfds and must never show up there).
+size_t dev_shm_entries() {
+  size_t n = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+// A receiver killed in the middle of a stream of rendezvous messages: the
+// blocked sender fails with PEER_DOWN (no hang), the survivors go on, and
+// nothing is left behind in /dev/shm.
+TEST_P(ThreeNodes, ReceiverKilledMidTransfer) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  size_t shm_before = dev_shm_entries();
+  ASSERT_TRUE(b->send("recv_seq 11 5 300000"));
+  ASSERT_TRUE(a->send("send_seq " + ids_[1] + " 11 1000 300000"));
+  EXPECT_EQ(b->read_line(60000), "ok");  // 5 arrived; a is now blocked on the 6th
+  b->signal(SIGKILL);
+  ASSERT_NE(b->wait_exit(5000), -1);
+  std::string r = a->read_line(30000);
+  EXPECT_EQ(r.rfind("err LT_ERR_PEER_DOWN", 0), 0u) << r;
+  EXPECT_EQ(a->cmd("send " + ids_[2] + " 12 0102"), "ok");
+  EXPECT_EQ(c->cmd("recv 12 8"), "ok " + ids_[0] + " 0102");
+  c->signal(SIGKILL);
+  ASSERT_NE(c->wait_exit(5000), -1);
+  EXPECT_EQ(dev_shm_entries(), shm_before);
+}
+
+TEST_P(ThreeNodes, StoppedNodeIsDeclaredDownByHeartbeat) {
   Proc *a = nodes_[0], *c = nodes_[2];
   std::string h = ok_value(a->cmd("malloc " + ids_[2] + " 64 rw"));
   ASSERT_FALSE(h.empty());
   c->signal(SIGSTOP);  // connections stay open; only heartbeats stop
   ASSERT_TRUE(c->wait_stopped(5000));
   // The manager declares it down after down_after_ms, well before the 10 s
-  // op timeout, so the read fails with PEER_DOWN rather than TIMEDOUT.
-  EXPECT_EQ(a->cmd("read " + h + " 0 4", 15000), "err LT_ERR_PEER_DOWN");
+  // op timeout, so the read fails with PEER_DOWN rather than TIMEDOUT. Over
+  // shm the stopped node's memory stays readable natively (as an RNIC
+  // serves a stopped process) until then: reads succeed, then PEER_DOWN.
+  std::string r;
+  for (int i = 0; i < 300; ++i) {
+    r = a->cmd("read " + h + " 0 4", 15000);
+    if (r != "ok 00000000") break;
+    usleep(50000);
+  }
+  EXPECT_EQ(r, "err LT_ERR_PEER_DOWN");
   c->signal(SIGKILL);
   c->signal(SIGCONT);
 }
 
-TEST_F(ThreeNodes, GarbageOnTcpPortLeavesNodeServing) {
+TEST_P(ThreeNodes, GarbageOnTcpPortLeavesNodeServing) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string addr = ok_value(b->cmd("address"));
   ASSERT_FALSE(addr.empty());

@@ -87,6 +87,12 @@ TEST_F(NetnsCluster, DataCrossesNamespaces) {
     // Each node is reachable only at its own namespace's address.
     EXPECT_EQ(ok_value(n[i]->cmd("address")).rfind(ip + ":", 0), 0u);
   }
+  // Same kernel, different network namespaces: treated as different hosts,
+  // so tcp even though shm is enabled (the default transports).
+  for (int i = 0; i < 3; ++i) {
+    std::string t = n[i]->cmd("transport " + ids[(i + 1) % 3]);
+    EXPECT_EQ(t.rfind("ok tcp other host", 0), 0u) << t;
+  }
   std::string h = ok_value(n[0]->cmd("malloc " + ids[1] + " 65536 rw"));
   ASSERT_FALSE(h.empty());
   EXPECT_EQ(n[0]->cmd("fill " + h + " 0 65536 3"), "ok");

@@ -26,13 +26,14 @@ constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
 // side only by the poller. Whoever holds `sending_` is the only writer of the
 // socket; everyone else appends copies to `outq_`, so a lock is never held
 // across a system call and frames never interleave.
-class Conn {
+class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(TcpTransport* t, net::Fd fd, NodeId peer, bool hello_done)
       : t_(t), fd_(std::move(fd)), peer_(peer), hello_done_(hello_done) {}
 
   Result<size_t> post(std::span<const WorkRequest> wrs);
   void on_writable();
+  void flush_cork();
   uint64_t created_ns_ = now_ns();
   void mark_dead() {
     if (!dead_.exchange(true)) ::shutdown(fd_.get(), SHUT_RDWR);
@@ -79,15 +80,29 @@ class Conn {
   std::deque<std::string> outq_;
   size_t out_off_ = 0;
   size_t queued_ = 0;
+  // Frames posted with kWrMore while the socket was idle, sent ahead of the
+  // next frame without it or by flush_cork(). Non-empty only while no thread
+  // has the sending role and outq_ is empty. cork_tx_ belongs to the sending
+  // role: it swaps cork_ in and sends from it without the lock.
+  std::string cork_;
+  std::string cork_tx_;
+  bool cork_listed_ = false;  // in the transport's corked_ list
 };
+
+namespace {
+constexpr size_t kCorkMax = 64 * 1024;       // corked bytes per connection
+constexpr size_t kCorkFrameMax = 16 * 1024;  // larger posts go out at once
+}  // namespace
 
 Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
   if (wrs.empty()) return size_t{0};
   wire::FrameHeader hdrs[kMaxPostBatch];
-  iovec iov[kMaxPostBatch * (1 + kMaxSge)];
-  int niov = 0;
+  // iov[0] is kept for corked frames sent ahead of these.
+  iovec iov[1 + kMaxPostBatch * (1 + kMaxSge)];
+  int niov = 1;
   size_t count = 0, total = 0;
+  bool more = true;
   for (const WorkRequest& wr : wrs) {
     if (count == kMaxPostBatch) break;
     if (wr.op != Op::kSend && wr.op != Op::kWriteImm) {
@@ -113,39 +128,61 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
       iov[niov++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
     }
     total += kHdr + len;
+    more = more && (wr.flags & kWrMore);
     ++count;
   }
-  auto copy_from = [&](size_t skip) {
-    std::string s;
-    s.reserve(total - skip);
-    for (int i = 0; i < niov; ++i) {
+  int first = 1;  // iov[first, niov) is what goes out
+  // Appends the bytes of iov[first, niov) after the first `skip` to `out`.
+  auto copy_into = [&](std::string* out, size_t skip) {
+    for (int i = first; i < niov; ++i) {
       size_t l = iov[i].iov_len;
       if (skip >= l) {
         skip -= l;
         continue;
       }
-      s.append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
+      out->append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
       skip = 0;
     }
-    return s;
   };
+  bool list_cork = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     if (sending_ || !outq_.empty()) {
       if (queued_ > t_->config_.max_queued_bytes && !(wrs[0].flags & kWrMustQueue)) {
         return size_t{0};  // back-pressure
       }
-      outq_.push_back(copy_from(0));
+      std::string s;
+      s.reserve(total);
+      copy_into(&s, 0);
+      outq_.push_back(std::move(s));
       queued_ += total;
       return count;
     }
-    sending_ = true;
+    if (more && total <= kCorkFrameMax && cork_.size() + total <= kCorkMax) {
+      if (cork_.capacity() < kCorkMax) cork_.reserve(kCorkMax);
+      copy_into(&cork_, 0);
+      list_cork = !cork_listed_;
+      cork_listed_ = true;
+    } else {
+      sending_ = true;
+      if (!cork_.empty()) cork_tx_.swap(cork_);  // corked frames go first
+    }
   }
-  ssize_t n = send_iov(iov, niov);
+  if (list_cork) {
+    t_->add_corked(shared_from_this());
+    return count;
+  }
+  if (!cork_tx_.empty()) {
+    first = 0;
+    iov[0] = {cork_tx_.data(), cork_tx_.size()};
+    total += cork_tx_.size();
+  }
+  ssize_t n = send_iov(iov + first, niov - first);
   if (n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       LT_DEBUG("tcp: send to node %u failed: %s", peer_.load(), strerror(errno));
       mark_dead();
+      cork_tx_.clear();
       std::lock_guard<std::mutex> g(mu_);
       sending_ = false;
       return Code::kPeerDown;
@@ -153,14 +190,64 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
     n = 0;
   }
   if (static_cast<size_t>(n) < total) {
-    std::string rest = copy_from(static_cast<size_t>(n));
+    std::string rest;
+    rest.reserve(total - static_cast<size_t>(n));
+    copy_into(&rest, static_cast<size_t>(n));
     std::lock_guard<std::mutex> g(mu_);
     queued_ += rest.size();
     outq_.push_front(std::move(rest));
     out_off_ = 0;
   }
+  cork_tx_.clear();
   drain();
   return count;
+}
+
+void Conn::flush_cork() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    cork_listed_ = false;
+    if (sending_ || cork_.empty()) return;
+    sending_ = true;
+    cork_tx_.swap(cork_);
+  }
+  ssize_t n = ::send(fd_.get(), cork_tx_.data(), cork_tx_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      mark_dead();
+      cork_tx_.clear();
+      std::lock_guard<std::mutex> g(mu_);
+      sending_ = false;
+      return;
+    }
+    n = 0;
+  }
+  if (static_cast<size_t>(n) < cork_tx_.size()) {
+    std::string rest = cork_tx_.substr(static_cast<size_t>(n));
+    std::lock_guard<std::mutex> g(mu_);
+    queued_ += rest.size();
+    outq_.push_front(std::move(rest));
+    out_off_ = 0;
+  }
+  cork_tx_.clear();
+  drain();
+}
+
+void TcpTransport::add_corked(std::shared_ptr<Conn> c) {
+  std::lock_guard<std::mutex> g(cork_mu_);
+  corked_.push_back(std::move(c));
+  has_corked_.store(true, std::memory_order_release);
+}
+
+void TcpTransport::flush() {
+  if (!has_corked_.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard<std::mutex> g(cork_mu_);
+    flushing_.swap(corked_);
+    has_corked_.store(false, std::memory_order_release);
+  }
+  for (auto& c : flushing_) c->flush_cork();
+  flushing_.clear();
 }
 
 Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {

@@ -48,6 +48,7 @@ class TcpTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  void flush() override;
 
   uint64_t malformed_frames() const { return malformed_.load(std::memory_order_relaxed); }
 
@@ -80,6 +81,13 @@ class TcpTransport final : public Transport {
   std::deque<Completion> pending_;             // events found while `out` was full
   uint64_t next_sweep_ns_ = 0;
   void sweep_unidentified();
+
+  // Connections holding corked frames (kWrMore), for flush().
+  void add_corked(std::shared_ptr<Conn> c);
+  std::mutex cork_mu_;
+  std::vector<std::shared_ptr<Conn>> corked_;
+  std::vector<std::shared_ptr<Conn>> flushing_;  // flush() only
+  std::atomic<bool> has_corked_{false};
 
   std::mutex done_mu_;  // signaled sends, reported by poll()
   std::deque<Completion> send_done_;

@@ -139,6 +139,12 @@ int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src
 int LT_recv_async(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
                   lt_req_t* req);
 
+/* Which transport this node uses for `node` ("shm", "tcp", or "self") and
+ * why, as NUL-terminated strings truncated to their buffers. Connects to the
+ * peer first if it was not used yet. -LT_ERR_PEER_DOWN, -LT_ERR_INVAL. */
+int LT_peer_transport(lt_engine_t* e, lt_node_t node, char* name, size_t name_cap, char* why,
+                      size_t why_cap);
+
 /* RPC (LITE's). A handler reads `in`, writes at most out_cap bytes to `out`,
  * sets *out_len and returns 0 or a negative LT_ERR_* code, which the caller
  * receives. Handlers run on the engine's progress thread: they must not
