@@ -500,7 +500,7 @@ Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
   // A peer can reach us before the manager's MemberUp for it does; its
   // inbound connection (authenticated by the cluster token) is then reused.
   auto info = membership_.peer(p);
-  if (!info) info = transport::PeerInfo{p, "", ""};
+  if (!info) info = transport::PeerInfo{p, "", "", ""};
   Deadline cd = Deadline::after_ms(config_.tcp.connect_timeout_ms);
   if (d.at_ns() < cd.at_ns()) cd = d;
   auto ep = transport_->connect(*info, cd);

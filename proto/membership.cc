@@ -186,7 +186,8 @@ std::optional<transport::PeerInfo> Membership::peer(NodeId n) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = members_.find(n);
   if (it == members_.end()) return std::nullopt;
-  return transport::PeerInfo{n, it->second.tcp_address, it->second.host_id};
+  // TODO(soon): carry the shm address in the address book (MemberUp).
+  return transport::PeerInfo{n, it->second.tcp_address, it->second.host_id, ""};
 }
 
 std::vector<Member> Membership::members() const {
