@@ -262,6 +262,15 @@ class ShmConn {
 
   Result<size_t> post(std::span<const WorkRequest> wrs);
 
+  // Unmaps the peer's regions (ops in flight keep theirs until they finish).
+  void drop_remote_maps() {
+    std::vector<std::pair<uint64_t, std::shared_ptr<RemoteMap>>> old;
+    {
+      std::lock_guard<SpinLock> g(map_lock_);
+      old.swap(maps_);
+    }
+  }
+
   // Poller: flushes the backlog if the send lock is free. True when it wrote
   // something or could not look (a poster holds the lock).
   bool flush_from_poller() {
@@ -1034,14 +1043,13 @@ void ShmTransport::close_conn(ShmConn* c, std::span<Completion> out, size_t* n, 
   ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->sock_.get(), nullptr);
   if (c->my_bell_.valid()) ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->my_bell_.get(), nullptr);
   c->mark_dead();
+  c->drop_remote_maps();
   bool was_peers_conn = false;
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = peers_.find(peer);
     if (it != peers_.end() && it->second.get() == c) {
       peers_.erase(it);
-      was_peers_conn = true;
-    } else if (it == peers_.end()) {
       was_peers_conn = true;
     }
     auto ci = conns_.find(c);
@@ -1051,8 +1059,10 @@ void ShmTransport::close_conn(ShmConn* c, std::span<Completion> out, size_t* n, 
       conns_gen_.fetch_add(1, std::memory_order_release);
     }
   }
-  // A redundant connection (both sides dialed at once) closing is not the
-  // peer going away: the registered connection still carries its traffic.
+  // Every identified connection is registered unless another one to the
+  // same node already was (both sides dialed at once). Only the registered
+  // one reports the peer lost: a redundant one closing is not the peer going
+  // away, and when both close (the peer died) the peer is reported once.
   if (peer != kNoNode && c->identified() && was_peers_conn) {
     Completion lost;
     lost.kind = CqKind::kPeerLost;

@@ -935,6 +935,61 @@ TEST_P(TransportConformance, ConcurrentAtomicsFromTwoPeers) {
 
 // --- Messages (every transport) ---
 
+// Both ends dial each other before either has polled: two connections. Both
+// directions work, and when one end goes away the other hears it once.
+TEST_P(TransportConformance, SimultaneousConnectFromBothSides) {
+  Side* c = add_side(3);
+  ASSERT_NE(c, nullptr);
+  auto bc = connect(b_, c);
+  auto cb = connect(c, b_);
+  ASSERT_NE(bc, nullptr);
+  ASSERT_NE(cb, nullptr);
+  auto m1 = pattern(300, 50), m2 = pattern(400, 51);
+  for (int round = 0; round < 3; ++round) {
+    size_t at_b = b_->rx.size(), at_c = c->rx.size();
+    ASSERT_TRUE(post_one(bc.get(), send_wr(1, m1.data(), m1.size())).is_ok());
+    ASSERT_TRUE(post_one(cb.get(), send_wr(2, m2.data(), m2.size())).is_ok());
+    ASSERT_TRUE(pump_until([&] { return b_->rx.size() > at_b && c->rx.size() > at_c; }));
+    EXPECT_EQ(c->rx.back().peer, 2u);
+    EXPECT_EQ(c->rx.back().data, m1);
+    EXPECT_EQ(b_->rx.back().peer, 3u);
+    EXPECT_EQ(b_->rx.back().data, m2);
+    // A third endpoint from either side reaches the peer too.
+    auto again = b_->t->connect(peer_info(3, ""), Deadline::after_ms(kWaitMs));
+    ASSERT_TRUE(again.is_ok()) << again.status().name();
+    EXPECT_TRUE((*again)->alive());
+  }
+  EXPECT_FALSE(has(b_->lost, 3));
+  EXPECT_FALSE(has(c->lost, 2));
+  c->t.reset();
+  ASSERT_TRUE(pump_until([&] { return has(b_->lost, 3); }));
+  for (int i = 0; i < 20; ++i) {
+    pump_once();
+    wait_any(Deadline::after_ms(1));
+  }
+  EXPECT_EQ(std::count(b_->lost.begin(), b_->lost.end(), 3u), 1);
+  EXPECT_FALSE(bc->alive());
+}
+
+TEST_P(TransportConformance, AllocMemoryIsUsableLocally) {
+  auto mr = a_->t->alloc_memory(10000, kRemoteAll);
+  ASSERT_TRUE(mr.is_ok()) << mr.status().name();
+  ASSERT_NE(mr->addr, nullptr);
+  EXPECT_GE(mr->len, 10000u);
+  for (size_t i = 0; i < mr->len; i += 4096) EXPECT_EQ(mr->addr[i], std::byte{0}) << i;
+  fill_pattern(mr->addr, mr->len, 52);
+  EXPECT_EQ(check_pattern(mr->addr, mr->len, 52), SIZE_MAX);
+  if (caps().one_sided) {
+    EXPECT_NE(mr->rkey, 0u);
+    // A span inside the region registers with the region's rkey.
+    auto sub = a_->t->register_memory(std::span<std::byte>(mr->addr + 4096, 100), kRemoteAll);
+    ASSERT_TRUE(sub.is_ok());
+    EXPECT_EQ(sub->rkey, mr->rkey);
+  }
+  EXPECT_FALSE(a_->t->alloc_memory(0, kRemoteAll).is_ok());
+  a_->t->free_memory(*mr);
+}
+
 // Messages several times the size of a ring (shm) or a socket buffer (tcp),
 // between small ones, arrive whole and in order.
 TEST_P(TransportConformance, MessagesLargerThanTheRing) {
