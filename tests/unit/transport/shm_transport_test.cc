@@ -32,6 +32,7 @@ namespace {
 constexpr uint64_t kToken = 0x5eed5eed12345678ull;
 constexpr uint64_t kWaitMs = 10000;
 constexpr const char* kParentEnv = "LTIER_SHM_TEST_PARENT";
+constexpr const char* kRkeyEnv = "LTIER_SHM_TEST_RKEY";
 
 std::unique_ptr<Transport> make(NodeId node, uint32_t ring_bytes = 0) {
   ShmConfig c;
@@ -265,24 +266,46 @@ TEST(ShmTransportTest, BlockedSenderIsWokenForRingSpace) {
 }
 
 // Child mode of KilledPeerProcessIsLost: runs only when the parent test
-// spawns this binary with kParentEnv set. Connects as node 7 and streams
-// numbered messages until it is killed.
+// spawns this binary with kParentEnv set. Connects as node 7, does one-sided
+// ops on the parent's region (kRkeyEnv), then streams numbered messages that
+// carry the rkey of a region of its own, until it is killed.
 TEST(ShmChildProcess, StreamUntilKilled) {
   const char* parent = std::getenv(kParentEnv);
-  if (parent == nullptr) GTEST_SKIP() << "helper for KilledPeerProcessIsLost";
+  const char* parent_rkey = std::getenv(kRkeyEnv);
+  if (parent == nullptr || parent_rkey == nullptr) {
+    GTEST_SKIP() << "helper for KilledPeerProcessIsLost";
+  }
   auto t = make(7);
   ASSERT_NE(t, nullptr);
+  auto mr = t->alloc_memory(4096, kRemoteAll);
+  ASSERT_TRUE(mr.is_ok());
+  std::memcpy(mr->addr, "child-region", 12);
   auto ep = t->connect(peer(1, parent), Deadline::after_ms(kWaitMs));
   ASSERT_TRUE(ep.is_ok()) << ep.status().name();
+  uint64_t rkey = std::strtoull(parent_rkey, nullptr, 10);
+  uint64_t old = 0;
+  WorkRequest ops[2];
+  ops[0].op = Op::kFetchAdd;
+  ops[0].num_sge = 1;
+  ops[0].sge[0] = Sge{reinterpret_cast<const std::byte*>(&old), 8, 0};
+  ops[0].remote = RemoteRef{0, rkey};
+  ops[0].operand = 1;
+  ops[1] = send_wr("child!", 6);
+  ops[1].op = Op::kWrite;
+  ops[1].remote = RemoteRef{64, rkey};
+  auto r = (*ep)->post(ops);
+  ASSERT_TRUE(r.is_ok()) << r.status().name();
+  ASSERT_EQ(*r, 2u);
   Deadline d = Deadline::after_ms(3 * kWaitMs);
   std::array<uint64_t, 32> msg{};
+  msg[1] = mr->rkey;
   for (uint64_t seq = 0; !d.expired();) {
     msg[0] = seq;
     WorkRequest wr = send_wr(msg.data(), sizeof(msg));
-    auto r = (*ep)->post(std::span<const WorkRequest>(&wr, 1));
-    if (!r.is_ok()) break;
-    seq += *r;
-    if (*r == 0) {
+    auto posted = (*ep)->post(std::span<const WorkRequest>(&wr, 1));
+    if (!posted.is_ok()) break;
+    seq += *posted;
+    if (*posted == 0) {
       pump(t.get(), [](const Completion&) {});
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -291,23 +314,29 @@ TEST(ShmChildProcess, StreamUntilKilled) {
 
 // A peer process killed with SIGKILL in the middle of a stream: the kernel
 // closes its socket, so the survivor reports kPeerLost once, its endpoint is
-// dead, and the messages that did arrive are whole and in order.
+// dead, and the messages that did arrive are whole and in order. On the way,
+// one-sided ops cross the process boundary in both directions.
 TEST(ShmTransportTest, KilledPeerProcessIsLost) {
   auto t = make(1);
   ASSERT_NE(t, nullptr);
+  auto region = t->alloc_memory(4096, kRemoteAll);
+  ASSERT_TRUE(region.is_ok());
   std::string env_var = std::string(kParentEnv) + "=" + t->local_address();
+  std::string rkey_var = std::string(kRkeyEnv) + "=" + std::to_string(region->rkey);
   std::string filter = "--gtest_filter=ShmChildProcess.StreamUntilKilled";
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, kParentEnv, std::strlen(kParentEnv)) != 0) env.push_back(*e);
+    if (std::strncmp(*e, "LTIER_SHM_TEST_", 15) != 0) env.push_back(*e);
   }
   env.push_back(env_var.data());
+  env.push_back(rkey_var.data());
   env.push_back(nullptr);
   char exe[] = "/proc/self/exe";
   char* argv[] = {exe, filter.data(), nullptr};
   pid_t pid = -1;
   ASSERT_EQ(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, env.data()), 0);
 
+  uint64_t child_rkey = 0;
   uint64_t next = 0, bad = 0;
   std::vector<NodeId> lost;
   auto on = [&](const Completion& c) {
@@ -319,6 +348,7 @@ TEST(ShmTransportTest, KilledPeerProcessIsLost) {
       return;
     }
     std::memcpy(&seq, c.rx, sizeof(seq));
+    std::memcpy(&child_rkey, c.rx + 8, sizeof(child_rkey));
     if (seq != next) ++bad;
     next = seq + 1;
   };
@@ -327,11 +357,29 @@ TEST(ShmTransportTest, KilledPeerProcessIsLost) {
     if (pump(t.get(), on) == 0) wait_readable(t.get(), 5);
   }
   auto ep = t->connect(peer(7, ""), Deadline::after_ms(kWaitMs));  // the inbound connection
+  // The child's ops on our region were done before its first message.
+  uint64_t word;
+  std::memcpy(&word, region->addr, 8);
+  bool wrote = std::memcmp(region->addr + 64, "child!", 6) == 0;
+  // And we read the child's region.
+  char back[12] = {};
+  Status read_status = Code::kInternal;
+  if (ep.is_ok()) {
+    WorkRequest rd = send_wr(back, sizeof(back));
+    rd.op = Op::kRead;
+    rd.remote = RemoteRef{0, child_rkey};
+    auto r = (*ep)->post(std::span<const WorkRequest>(&rd, 1));
+    read_status = r.status();
+  }
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_GE(next, 2000u) << "the child never streamed";
   ASSERT_TRUE(ep.is_ok()) << ep.status().name();
+  EXPECT_EQ(word, 1u) << "the child's fetch-add did not land";
+  EXPECT_TRUE(wrote) << "the child's write did not land";
+  EXPECT_TRUE(read_status.is_ok()) << read_status.name();
+  EXPECT_EQ(std::memcmp(back, "child-region", 12), 0);
   d = Deadline::after_ms(kWaitMs);
   while (lost.empty() && !d.expired()) {
     if (pump(t.get(), on) == 0) wait_readable(t.get(), 5);
@@ -349,6 +397,7 @@ TEST(ShmTransportTest, KilledPeerProcessIsLost) {
   auto r = (*ep)->post(std::span<const WorkRequest>(&wr, 1));
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), Code::kPeerDown);
+  t->free_memory(*region);
 }
 
 }  // namespace
