@@ -12,7 +12,7 @@ namespace lt {
 std::vector<ConfigKey> config_keys(Config& c) {
   using K = KeyType;
   return {
-      {"transports", "LTIER_TRANSPORTS", "allowed transports in preference order (tcp)", K::kString,
+      {"transports", "LTIER_TRANSPORTS", "allowed transports, comma-separated: shm (peers on this host), tcp (all others)", K::kString,
        &c.transports},
       {"cluster.manager", "LTIER_MANAGER", "host:port of ltier-manager", K::kString,
        &c.cluster.manager},
@@ -40,6 +40,21 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"tcp.max_queued_bytes", "LTIER_TCP_MAX_QUEUED_BYTES",
        "per-connection send backlog before posts get back-pressure", K::kU32,
        &c.tcp.max_queued_bytes},
+      {"shm.ring_bytes", "LTIER_SHM_RING_BYTES",
+       "shm: bytes of each direction's message ring per connection (a power of two, >= 4096); "
+       "both rings live in one memfd segment",
+       K::kU32, &c.shm.ring_bytes},
+      {"shm.max_msg_bytes", "LTIER_SHM_MAX_MSG_BYTES",
+       "shm: largest message a post accepts; messages above a quarter of the ring travel in "
+       "fragments and are reassembled by the receiver",
+       K::kU32, &c.shm.max_msg_bytes},
+      {"shm.eager_max_bytes", "LTIER_SHM_EAGER_MAX_BYTES",
+       "LT_send over shm: messages up to this size go eagerly, larger ones by rendezvous", K::kU32,
+       &c.shm.eager_max_bytes},
+      {"shm.spin_us", "LTIER_SHM_SPIN_US",
+       "shm: after polls have found nothing for this long, peers are asked to ring an eventfd "
+       "for new data (until then wait_fd stays readable and callers keep spinning)",
+       K::kU32, &c.shm.spin_us},
       {"engine.spin_us", "LTIER_SPIN_US", "a waiting caller spins this long, then blocks", K::kU32,
        &c.engine.spin_us},
       {"engine.progress_spin_us", "LTIER_PROGRESS_SPIN_US",

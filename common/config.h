@@ -31,6 +31,13 @@ struct TcpConfig {
   uint32_t max_queued_bytes = 256u << 20;  // per-connection send backlog before back-pressure
 };
 
+struct ShmConfig {
+  uint32_t ring_bytes = 4u << 20;        // each direction's ring per connection; a power of two
+  uint32_t max_msg_bytes = 64u << 20;    // largest message; above a quarter ring it is fragmented
+  uint32_t eager_max_bytes = 64u << 10;  // messages above this go by rendezvous
+  uint32_t spin_us = 20;  // polls that find nothing this long arm the peers' wake-ups
+};
+
 struct EngineConfig {
   uint32_t spin_us = 50;                // a waiter spins this long before it blocks
   uint32_t progress_spin_us = 30;       // after serving a peer, the progress thread polls this long
@@ -50,9 +57,12 @@ struct QosConfig {
 struct Config {
   ClusterConfig cluster;
   TcpConfig tcp;
+  ShmConfig shm;
   EngineConfig engine;
   QosConfig qos;
-  std::string transports = "tcp";  // allowed transports, in preference order (LTIER_TRANSPORTS)
+  // Allowed transports (LTIER_TRANSPORTS, like UCX_TLS): shm for peers on this
+  // host (same boot id and network namespace), tcp for the others.
+  std::string transports = "shm,tcp";
 };
 
 enum class KeyType : uint8_t { kString, kU32, kU64 };

@@ -38,7 +38,14 @@ struct Sge {
   uint32_t lkey = 0;
 };
 
-struct RemoteRef {  // never leaves the engine
+/// The target of a one-sided op (kWrite, kWriteImm, kRead, kFetchAdd,
+/// kCmpSwap); never leaves the engine. What `addr` means depends on the
+/// transport, as on verbs it is what the owner's registration says:
+///  - shm: `rkey` is MemRegion::rkey of memory the owner made with
+///    alloc_memory(), and `addr` is a byte OFFSET into that region (0 is its
+///    first byte), not a pointer. [addr, addr + len) must lie inside it.
+///  - verbs (later): `addr` is the owner's virtual address, `rkey` its MR key.
+struct RemoteRef {
   uint64_t addr = 0;
   uint64_t rkey = 0;
 };
@@ -54,7 +61,17 @@ inline constexpr uint8_t kWrMustQueue = 2;
 inline constexpr uint8_t kWrMore = 4;
 inline constexpr int kMaxSge = 2;
 
-struct WorkRequest {  // trivially copyable, preallocated by the caller
+/// Trivially copyable, preallocated by the caller. By op:
+///  - kSend: sge[0..num_sge) gathered into one message; imm is not carried.
+///  - kWriteImm: on transports without one_sided (tcp), a message like kSend
+///    that carries imm. With one_sided (shm), a one-sided kWrite of the sges
+///    to `remote` followed by a zero-length kRecv carrying imm at the peer,
+///    seen after the written bytes (verbs WRITE_WITH_IMM).
+///  - kWrite: the sges are written to `remote`; kRead: `remote` is read into
+///    the sges (they are destinations; sum of their lengths is the size).
+///  - kFetchAdd (operand) and kCmpSwap (compare, operand): on the 8-byte
+///    aligned word at `remote`; the old value is written to sge[0] (len >= 8).
+struct WorkRequest {
   Op op = Op::kSend;
   uint8_t flags = 0;
   uint8_t num_sge = 0;
@@ -84,6 +101,7 @@ struct PeerInfo {
   NodeId node = kNoNode;
   std::string tcp_address;  // host:port from the address book
   std::string host_id;
+  std::string shm_address;  // the shm transport's local_address(), "shm:<pid>:<name>"
 };
 
 struct MemRegion {
@@ -93,7 +111,17 @@ struct MemRegion {
   uint64_t rkey = 0;
 };
 
+/// Rights on registered or allocated memory; a bit set (combine with |).
 enum class Access : uint8_t { kLocal = 0, kRemoteRead = 1, kRemoteWrite = 2, kRemoteAtomic = 4 };
+constexpr Access operator|(Access a, Access b) {
+  return static_cast<Access>(static_cast<uint8_t>(a) | static_cast<uint8_t>(b));
+}
+/// True when `set` includes every right in `want`.
+constexpr bool has_access(Access set, Access want) {
+  return (static_cast<uint8_t>(set) & static_cast<uint8_t>(want)) == static_cast<uint8_t>(want);
+}
+inline constexpr Access kRemoteAll =
+    Access::kRemoteRead | Access::kRemoteWrite | Access::kRemoteAtomic;
 
 class Endpoint {  // one peer on one transport; thread-safe
  public:
@@ -120,6 +148,17 @@ class Transport {
   /// direction. Thread-safe. kPeerDown, kTimedOut on failure.
   virtual Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) = 0;
   virtual Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) = 0;
+  /// `len` bytes (rounded up to pages), zero-filled, that peers can reach
+  /// with one-sided ops when the transport has Caps::one_sided: on shm this
+  /// is the only memory with a usable rkey (register_memory gives rkey 0).
+  /// The default, for transports without native one-sided ops, is an
+  /// anonymous mapping with lkey = rkey = 0. Thread-safe. kInvalidArg for
+  /// len 0, kNoMemory/kSys when the system refuses. Free with free_memory.
+  virtual Result<MemRegion> alloc_memory(size_t len, Access a);
+  /// Releases a region from alloc_memory of this transport (the MemRegion it
+  /// returned, unchanged). Thread-safe. Peers that still access it after this
+  /// touch an orphaned copy, never memory of this process that is reused.
+  virtual void free_memory(const MemRegion& r);
   /// Non-blocking. Not thread-safe: one poller at a time (proto serializes).
   /// Returns up to out.size() completions; a full span means call again.
   virtual size_t poll(std::span<Completion> out) = 0;

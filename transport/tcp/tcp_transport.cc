@@ -498,8 +498,6 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
     if (it != peers_.end() && it->second.get() == c) {
       peers_.erase(it);
       was_peers_conn = true;
-    } else if (it == peers_.end()) {
-      was_peers_conn = true;
     }
     auto ci = conns_.find(c);
     if (ci != conns_.end()) {
@@ -509,6 +507,8 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
   }
   // A redundant connection (both sides dialed at once) closing is not the
   // peer going away: the registered connection still carries its traffic.
+  // When the peer dies both close, and only the registered one reports it
+  // (an identified connection is always registered unless another was).
   if (peer != kNoNode && c->hello_done_ && was_peers_conn) {
     Completion lost;
     lost.kind = CqKind::kPeerLost;

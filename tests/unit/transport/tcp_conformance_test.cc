@@ -1,7 +1,7 @@
 // Transport conformance suite (STYLE.md section 6): every transport runs the
 // same tests through the Transport interface, made by a factory function, and
 // skips what its Caps rule out with GTEST_SKIP() << why. A new transport adds
-// one TransportKind to the INSTANTIATE_TEST_SUITE_P list at the bottom.
+// one TransportKind to the INSTANTIATE_TEST_SUITE_P list (after the TEST_Ps).
 //
 // The tests drive every transport of a test from one thread: each wait pumps
 // all of them (poll + release_rx), since a stream transport may need its
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -21,6 +22,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/config.h"
@@ -38,10 +40,25 @@ constexpr uint64_t kWaitMs = 10000;  // generous: a guard against hangs, never a
 constexpr uint32_t kTestMaxMsg = 4u << 20;
 
 using Factory = Result<std::unique_ptr<Transport>> (*)();
+// The address book entry of `node` with `address` (local_address() of its
+// transport) in the field this kind of transport reads.
+using PeerFn = PeerInfo (*)(NodeId node, const std::string& address);
+
+PeerInfo tcp_peer(NodeId node, const std::string& address) {
+  return PeerInfo{node, address, "", ""};
+}
+PeerInfo shm_peer(NodeId node, const std::string& address) {
+  PeerInfo p;
+  p.node = node;
+  p.shm_address = address;
+  return p;
+}
 
 struct TransportKind {
   const char* name;
   Factory make;
+  PeerFn peer = &tcp_peer;
+  bool small_queue = false;  // back-pressure comes after a few hundred KiB
 };
 
 // Names the parameter in test output ("GetParam() = tcp").
@@ -64,6 +81,22 @@ Result<std::unique_ptr<Transport>> make_tcp_small_queue() {
   c.rcvbuf_bytes = kSmallQueue;
   c.max_queued_bytes = kSmallQueue;
   return make_tcp_transport(c);
+}
+
+Result<std::unique_ptr<Transport>> make_shm() {
+  ShmConfig c;
+  c.max_msg_bytes = kTestMaxMsg;
+  return make_shm_transport(c);
+}
+
+// A 16 KiB ring: wrap-around, padding, fragmentation (messages above 4 KiB)
+// and back-pressure all happen within a few messages.
+constexpr uint32_t kSmallRing = 16 * 1024;
+Result<std::unique_ptr<Transport>> make_shm_small_ring() {
+  ShmConfig c;
+  c.max_msg_bytes = kTestMaxMsg;
+  c.ring_bytes = kSmallRing;
+  return make_shm_transport(c);
 }
 
 // Deterministic message contents: byte j of the message with `seed`.
@@ -99,6 +132,28 @@ size_t check_pattern(const std::byte* p, size_t n, uint64_t seed) {
     }
   }
   return SIZE_MAX;
+}
+
+// kWrite, kWriteImm or kRead of [local, local + len) at byte `offset` of the
+// region `rkey` (transport.h RemoteRef).
+WorkRequest rdma_wr(Op op, uint64_t wr_id, const std::byte* local, size_t len, uint64_t offset,
+                    uint64_t rkey) {
+  WorkRequest wr;
+  wr.op = op;
+  wr.wr_id = wr_id;
+  wr.num_sge = 1;
+  wr.sge[0] = Sge{local, static_cast<uint32_t>(len), 0};
+  wr.remote = RemoteRef{offset, rkey};
+  return wr;
+}
+
+// kFetchAdd (operand) or kCmpSwap (compare, operand); the old value lands in *old.
+WorkRequest atomic_wr(Op op, uint64_t* old, uint64_t offset, uint64_t rkey, uint64_t compare,
+                      uint64_t operand) {
+  WorkRequest wr = rdma_wr(op, 0, reinterpret_cast<const std::byte*>(old), 8, offset, rkey);
+  wr.compare = compare;
+  wr.operand = operand;
+  return wr;
 }
 
 WorkRequest send_wr(uint64_t wr_id, const std::byte* p, size_t len, int num_sge = 1) {
@@ -137,7 +192,9 @@ struct Side {
 
 class TransportHarness : public ::testing::Test {
  protected:
-  explicit TransportHarness(Factory make) : make_(make) {}
+  explicit TransportHarness(Factory make, PeerFn peer = &tcp_peer) : make_(make), peer_(peer) {}
+
+  PeerInfo peer_info(NodeId node, const std::string& address) const { return peer_(node, address); }
 
   // A transport that has joined as `node` with `token` (kNoNode: not joined).
   Side* add_side(NodeId node, uint64_t token = kToken) {
@@ -153,8 +210,8 @@ class TransportHarness : public ::testing::Test {
   }
 
   std::unique_ptr<Endpoint> connect(Side* from, const Side* to) {
-    auto ep = from->t->connect(PeerInfo{to->node, to->t->local_address(), ""},
-                               Deadline::after_ms(kWaitMs));
+    auto ep =
+        from->t->connect(peer_info(to->node, to->t->local_address()), Deadline::after_ms(kWaitMs));
     EXPECT_TRUE(ep.is_ok()) << ep.status().name();
     if (!ep.is_ok()) return nullptr;
     EXPECT_EQ((*ep)->peer(), to->node);
@@ -236,13 +293,14 @@ class TransportHarness : public ::testing::Test {
   }
 
   Factory make_;
+  PeerFn peer_;
   std::vector<std::unique_ptr<Side>> sides_;
 };
 
 class TransportConformance : public TransportHarness,
                              public ::testing::WithParamInterface<TransportKind> {
  protected:
-  TransportConformance() : TransportHarness(GetParam().make) {}
+  TransportConformance() : TransportHarness(GetParam().make, GetParam().peer) {}
 
   // Two joined transports, 1 connected to 2.
   void SetUp() override {
@@ -254,8 +312,25 @@ class TransportConformance : public TransportHarness,
     ASSERT_NE(ab_, nullptr);
   }
 
+  void TearDown() override {
+    for (auto& [side, mr] : regions_) {
+      if (side->t) side->t->free_memory(mr);
+    }
+  }
+
   const Caps& caps() const { return a_->t->caps(); }
 
+  // Memory of `owner` that peers reach with one-sided ops; freed at TearDown.
+  MemRegion alloc_on(Side* owner, size_t len, Access a = kRemoteAll) {
+    auto mr = owner->t->alloc_memory(len, a);
+    EXPECT_TRUE(mr.is_ok()) << mr.status().name();
+    if (!mr.is_ok()) return MemRegion{};
+    EXPECT_GE(mr->len, len);
+    regions_.emplace_back(owner, *mr);
+    return *mr;
+  }
+
+  std::vector<std::pair<Side*, MemRegion>> regions_;
   Side* a_ = nullptr;
   Side* b_ = nullptr;
   std::unique_ptr<Endpoint> ab_;
@@ -374,8 +449,8 @@ TEST_P(TransportConformance, BatchPostKeepsOrder) {
 TEST_P(TransportConformance, WriteImmCarriesImm) {
   if (!caps().write_imm) GTEST_SKIP() << GetParam().name << " has no write-with-immediate";
   if (caps().one_sided) {
-    // TODO(test): one-sided write-imm needs registered remote memory and a RemoteRef.
-    GTEST_SKIP() << GetParam().name << " writes one-sided; covered by the rdma suite";
+    GTEST_SKIP() << GetParam().name
+                 << " writes one-sided: see OneSidedWriteImmDeliversImmAfterTheData";
   }
   auto msg = pattern(200, 3);
   WorkRequest wr = send_wr(7, msg.data(), msg.size());
@@ -422,7 +497,7 @@ TEST_P(TransportConformance, ConnectReusesInboundConnection) {
   auto hello = pattern(16, 7);
   ASSERT_TRUE(post_one(ab_.get(), send_wr(1, hello.data(), hello.size())).is_ok());
   ASSERT_TRUE(pump_until([&] { return !b_->rx.empty(); }));
-  auto ba = b_->t->connect(PeerInfo{1, "", ""}, Deadline::after_ms(kWaitMs));
+  auto ba = b_->t->connect(peer_info(1, ""), Deadline::after_ms(kWaitMs));
   ASSERT_TRUE(ba.is_ok()) << ba.status().name();
   EXPECT_EQ((*ba)->peer(), 1u);
   auto reply = pattern(64, 8);
@@ -433,7 +508,7 @@ TEST_P(TransportConformance, ConnectReusesInboundConnection) {
 }
 
 TEST_P(TransportConformance, ConnectAgainReusesConnection) {
-  auto again = a_->t->connect(PeerInfo{2, "", ""}, Deadline::after_ms(kWaitMs));
+  auto again = a_->t->connect(peer_info(2, ""), Deadline::after_ms(kWaitMs));
   ASSERT_TRUE(again.is_ok()) << again.status().name();
   EXPECT_EQ((*again)->peer(), 2u);
 }
@@ -509,7 +584,7 @@ TEST_P(TransportConformance, OversizedWorkRequestEndsAcceptedPrefix) {
 TEST_P(TransportConformance, WrongTokenIsDropped) {
   Side* c = add_side(3, kToken ^ 1);
   ASSERT_NE(c, nullptr);
-  auto cb = c->t->connect(PeerInfo{2, b_->t->local_address(), ""}, Deadline::after_ms(kWaitMs));
+  auto cb = c->t->connect(peer_info(2, b_->t->local_address()), Deadline::after_ms(kWaitMs));
   if (cb.is_ok()) {
     auto msg = pattern(100, 12);
     WorkRequest wr = send_wr(1, msg.data(), msg.size());
@@ -544,7 +619,7 @@ TEST_P(TransportConformance, InboundRefusedBeforeJoin) {
   Side* c = add_side(kNoNode);  // listening, but has not joined
   ASSERT_NE(c, nullptr);
   c->node = 3;
-  auto ac = a_->t->connect(PeerInfo{3, c->t->local_address(), ""}, Deadline::after_ms(kWaitMs));
+  auto ac = a_->t->connect(peer_info(3, c->t->local_address()), Deadline::after_ms(kWaitMs));
   if (!ac.is_ok()) {
     EXPECT_EQ(ac.status().code(), Code::kPeerDown);
     return;
@@ -579,7 +654,7 @@ TEST_P(TransportConformance, DestroyedPeerIsLost) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), Code::kPeerDown);
   // Nothing listens there any more.
-  auto again = a_->t->connect(PeerInfo{2, b_address, ""}, Deadline::after_ms(kWaitMs));
+  auto again = a_->t->connect(peer_info(2, b_address), Deadline::after_ms(kWaitMs));
   ASSERT_FALSE(again.is_ok());
   EXPECT_EQ(again.status().code(), Code::kPeerDown);
 }
@@ -602,14 +677,15 @@ TEST_P(TransportConformance, ConnectToClosedAddressIsPeerDown) {
   ASSERT_NE(c, nullptr);
   std::string address = c->t->local_address();
   c->t.reset();
-  auto ep = a_->t->connect(PeerInfo{3, address, ""}, Deadline::after_ms(kWaitMs));
+  auto ep = a_->t->connect(peer_info(3, address), Deadline::after_ms(kWaitMs));
   ASSERT_FALSE(ep.is_ok());
   EXPECT_EQ(ep.status().code(), Code::kPeerDown);
 }
 
 TEST_P(TransportConformance, ConnectToBadAddressFails) {
-  for (const char* address : {"", "not an address", "127.0.0.1:", "127.0.0.1:99999"}) {
-    auto ep = a_->t->connect(PeerInfo{9, address, ""}, Deadline::after_ms(kWaitMs));
+  for (const char* address : {"", "not an address", "127.0.0.1:", "127.0.0.1:99999",
+                              "shm:", "shm::x", "shm:12:", "shm:1:no-such-listener"}) {
+    auto ep = a_->t->connect(peer_info(9, address), Deadline::after_ms(kWaitMs));
     EXPECT_FALSE(ep.is_ok()) << "'" << address << "'";
   }
 }
@@ -617,7 +693,7 @@ TEST_P(TransportConformance, ConnectToBadAddressFails) {
 TEST_P(TransportConformance, ConnectBeforeJoinIsNotJoined) {
   Side* c = add_side(kNoNode);
   ASSERT_NE(c, nullptr);
-  auto ep = c->t->connect(PeerInfo{2, b_->t->local_address(), ""}, Deadline::after_ms(kWaitMs));
+  auto ep = c->t->connect(peer_info(2, b_->t->local_address()), Deadline::after_ms(kWaitMs));
   ASSERT_FALSE(ep.is_ok());
   EXPECT_EQ(ep.status().code(), Code::kNotJoined);
 }
@@ -643,11 +719,466 @@ TEST_P(TransportConformance, SignaledSendReportsSendDone) {
   EXPECT_EQ(a_->send_done[0], 0x77u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance,
-                         ::testing::Values(TransportKind{"tcp", &make_tcp}),
-                         [](const ::testing::TestParamInfo<TransportKind>& info) {
-                           return std::string(info.param.name);
-                         });
+// --- One-sided ops (transports with native ones) ---
+
+TEST_P(TransportConformance, OneSidedWriteThenReadBack) {
+  if (!caps().one_sided) GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
+  MemRegion mr = alloc_on(b_, 64 * 1024);
+  ASSERT_NE(mr.rkey, 0u);
+  auto data = pattern(5000, 30);
+  WorkRequest w = rdma_wr(Op::kWrite, 0x51, data.data(), data.size(), 100, mr.rkey);
+  w.flags = kWrSignaled;
+  ASSERT_TRUE(post_one(ab_.get(), w).is_ok());
+  // Done at post: the bytes are in the owner's memory, and nothing else moved.
+  EXPECT_EQ(std::memcmp(mr.addr + 100, data.data(), data.size()), 0);
+  for (size_t i : {size_t{0}, size_t{99}, size_t{5100}, mr.len - 1}) {
+    EXPECT_EQ(mr.addr[i], std::byte{0}) << i;
+  }
+  // Read it back through two sges; the owner's own store is seen too.
+  mr.addr[5099] = std::byte{0x7e};
+  data[4999] = std::byte{0x7e};
+  std::vector<std::byte> back(5000);
+  WorkRequest r = rdma_wr(Op::kRead, 0x52, back.data(), 1000, 100, mr.rkey);
+  r.num_sge = 2;
+  r.sge[1] = Sge{back.data() + 1000, 4000, 0};
+  r.flags = kWrSignaled;
+  ASSERT_TRUE(post_one(ab_.get(), r).is_ok());
+  EXPECT_EQ(back, data);
+  ASSERT_TRUE(pump_until([&] { return a_->send_done.size() == 2; }));
+  EXPECT_EQ(a_->send_done[0], 0x51u);
+  EXPECT_EQ(a_->send_done[1], 0x52u);
+  EXPECT_TRUE(b_->rx.empty()) << "a one-sided write must not be a message";
+}
+
+TEST_P(TransportConformance, OneSidedAtomics) {
+  if (!caps().atomics64) GTEST_SKIP() << GetParam().name << " has no native atomics";
+  MemRegion mr = alloc_on(b_, 4096);
+  auto word = [&] {
+    uint64_t v;
+    std::memcpy(&v, mr.addr + 8, 8);
+    return v;
+  };
+  uint64_t init = 40;
+  std::memcpy(mr.addr + 8, &init, 8);
+  uint64_t old = 0;
+  ASSERT_TRUE(post_one(ab_.get(), atomic_wr(Op::kFetchAdd, &old, 8, mr.rkey, 0, 2)).is_ok());
+  EXPECT_EQ(old, 40u);
+  EXPECT_EQ(word(), 42u);
+  // A compare that fails returns the current value and changes nothing.
+  ASSERT_TRUE(post_one(ab_.get(), atomic_wr(Op::kCmpSwap, &old, 8, mr.rkey, 41, 7)).is_ok());
+  EXPECT_EQ(old, 42u);
+  EXPECT_EQ(word(), 42u);
+  ASSERT_TRUE(post_one(ab_.get(), atomic_wr(Op::kCmpSwap, &old, 8, mr.rkey, 42, 7)).is_ok());
+  EXPECT_EQ(old, 42u);
+  EXPECT_EQ(word(), 7u);
+  // Wrapping add.
+  ASSERT_TRUE(
+      post_one(ab_.get(), atomic_wr(Op::kFetchAdd, &old, 8, mr.rkey, 0, ~uint64_t{0})).is_ok());
+  EXPECT_EQ(old, 7u);
+  EXPECT_EQ(word(), 6u);
+  // Misaligned words and short result buffers are refused.
+  auto r = ab_->post(std::vector<WorkRequest>{atomic_wr(Op::kFetchAdd, &old, 12, mr.rkey, 0, 1)});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kAlign);
+  WorkRequest shortbuf = atomic_wr(Op::kFetchAdd, &old, 8, mr.rkey, 0, 1);
+  shortbuf.sge[0].len = 4;
+  r = ab_->post(std::span<const WorkRequest>(&shortbuf, 1));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArg);
+  EXPECT_EQ(word(), 6u);
+  EXPECT_TRUE(ab_->alive());
+}
+
+TEST_P(TransportConformance, OneSidedOutOfBoundsTouchesNothing) {
+  if (!caps().one_sided) GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
+  MemRegion mr = alloc_on(b_, 4096);
+  fill_pattern(mr.addr, mr.len, 31);
+  auto src = pattern(64, 32);
+  std::vector<std::byte> dst(64, std::byte{0x11});
+  uint64_t old = 0x1234;
+  const uint64_t len = mr.len;
+  struct Case {
+    const char* what;
+    WorkRequest wr;
+  };
+  Case cases[] = {
+      {"write across the end", rdma_wr(Op::kWrite, 1, src.data(), 64, len - 10, mr.rkey)},
+      {"write past the end", rdma_wr(Op::kWrite, 1, src.data(), 1, len, mr.rkey)},
+      {"write at a huge offset", rdma_wr(Op::kWrite, 1, src.data(), 8, UINT64_MAX - 3, mr.rkey)},
+      {"write-imm across the end", rdma_wr(Op::kWriteImm, 1, src.data(), 64, len - 8, mr.rkey)},
+      {"read across the end", rdma_wr(Op::kRead, 1, dst.data(), 2, len - 1, mr.rkey)},
+      {"fetch-add past the end", atomic_wr(Op::kFetchAdd, &old, len, mr.rkey, 0, 1)},
+      {"cmp-swap across the end", atomic_wr(Op::kCmpSwap, &old, len - 4, mr.rkey, 0, 1)},
+  };
+  for (const auto& c : cases) {
+    auto r = ab_->post(std::span<const WorkRequest>(&c.wr, 1));
+    ASSERT_FALSE(r.is_ok()) << c.what;
+    EXPECT_EQ(r.status().code(), Code::kOutOfBounds) << c.what;
+  }
+  EXPECT_EQ(check_pattern(mr.addr, mr.len, 31), SIZE_MAX) << "remote memory changed";
+  EXPECT_EQ(dst, std::vector<std::byte>(64, std::byte{0x11})) << "local buffer changed";
+  EXPECT_EQ(old, 0x1234u);
+  EXPECT_TRUE(ab_->alive());
+  pump_once();
+  EXPECT_TRUE(b_->rx.empty()) << "a refused write-imm delivered its imm";
+  // The last byte is still reachable.
+  ASSERT_TRUE(post_one(ab_.get(), rdma_wr(Op::kWrite, 1, src.data(), 1, len - 1, mr.rkey)).is_ok());
+  EXPECT_EQ(mr.addr[len - 1], src[0]);
+}
+
+TEST_P(TransportConformance, OneSidedBadRkeyIsRefused) {
+  if (!caps().one_sided) GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
+  MemRegion mr = alloc_on(b_, 4096);
+  std::vector<std::byte> plain(4096);
+  auto reg = b_->t->register_memory(plain, kRemoteAll);
+  ASSERT_TRUE(reg.is_ok());
+  EXPECT_EQ(reg->rkey, 0u) << "memory not from alloc_memory must get no usable rkey";
+  auto freed = b_->t->alloc_memory(4096, kRemoteAll);
+  ASSERT_TRUE(freed.is_ok());
+  uint64_t freed_rkey = freed->rkey;
+  b_->t->free_memory(*freed);
+  auto src = pattern(8, 33);
+  for (uint64_t rkey : {uint64_t{0}, reg->rkey, mr.rkey ^ (uint64_t{1} << 40), freed_rkey,
+                        uint64_t{0x0123456789abcdefull}}) {
+    for (Op op : {Op::kWrite, Op::kRead}) {
+      std::vector<std::byte> buf = src;
+      auto r = ab_->post(std::vector<WorkRequest>{rdma_wr(op, 1, buf.data(), 8, 0, rkey)});
+      ASSERT_FALSE(r.is_ok()) << std::hex << rkey;
+      EXPECT_EQ(r.status().code(), Code::kBadHandle) << std::hex << rkey;
+    }
+  }
+  EXPECT_TRUE(ab_->alive());
+  // The region the rkey belongs to is still fine.
+  ASSERT_TRUE(post_one(ab_.get(), rdma_wr(Op::kWrite, 1, src.data(), 8, 0, mr.rkey)).is_ok());
+  EXPECT_EQ(std::memcmp(mr.addr, src.data(), 8), 0);
+}
+
+TEST_P(TransportConformance, OneSidedRightsAreChecked) {
+  if (!caps().one_sided) GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
+  MemRegion ro = alloc_on(b_, 4096, Access::kRemoteRead);
+  fill_pattern(ro.addr, 64, 34);
+  auto src = pattern(64, 35);
+  uint64_t old = 0;
+  for (const WorkRequest& wr : {rdma_wr(Op::kWrite, 1, src.data(), 64, 0, ro.rkey),
+                                atomic_wr(Op::kFetchAdd, &old, 0, ro.rkey, 0, 1)}) {
+    auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), Code::kPerm);
+  }
+  EXPECT_EQ(check_pattern(ro.addr, 64, 34), SIZE_MAX);
+  std::vector<std::byte> back(64);
+  ASSERT_TRUE(post_one(ab_.get(), rdma_wr(Op::kRead, 1, back.data(), 64, 0, ro.rkey)).is_ok());
+  EXPECT_EQ(check_pattern(back.data(), 64, 34), SIZE_MAX);
+}
+
+TEST_P(TransportConformance, OneSidedWriteImmDeliversImmAfterTheData) {
+  if (!caps().one_sided || !caps().write_imm) {
+    GTEST_SKIP() << GetParam().name << " has no one-sided write-with-immediate";
+  }
+  MemRegion mr = alloc_on(b_, 8192);
+  auto data = pattern(3000, 36);
+  int got = 0;
+  bool data_there = false;
+  uint32_t imm = 0, len = 99;
+  b_->on_rx = [&](const Completion& c) {
+    if (got++ == 0) {
+      data_there = std::memcmp(mr.addr + 64, data.data(), data.size()) == 0;
+      imm = c.imm;
+      len = c.len;
+    }
+  };
+  WorkRequest w = rdma_wr(Op::kWriteImm, 1, data.data(), data.size(), 64, mr.rkey);
+  w.imm = 0xfeedbeef;
+  // Zero bytes need no region: only the immediate travels.
+  WorkRequest bare = rdma_wr(Op::kWriteImm, 2, nullptr, 0, 0, 0);
+  bare.imm = 5;
+  ASSERT_TRUE(post_one(ab_.get(), w).is_ok());
+  ASSERT_TRUE(post_one(ab_.get(), bare).is_ok());
+  ASSERT_TRUE(pump_until([&] { return got == 2; }));
+  EXPECT_TRUE(data_there) << "the immediate arrived before the written bytes";
+  EXPECT_EQ(imm, 0xfeedbeefu);
+  EXPECT_EQ(len, 0u);
+}
+
+TEST_P(TransportConformance, ConcurrentAtomicsFromTwoPeers) {
+  if (!caps().atomics64) GTEST_SKIP() << GetParam().name << " has no native atomics";
+  Side* c = add_side(3);
+  ASSERT_NE(c, nullptr);
+  auto cb = connect(c, b_);
+  ASSERT_NE(cb, nullptr);
+  MemRegion mr = alloc_on(b_, 4096);
+  constexpr int kPerThread = 2000;
+  std::vector<std::vector<uint64_t>> olds(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    Endpoint* ep = t % 2 == 0 ? ab_.get() : cb.get();
+    threads.emplace_back([ep, &mr, &olds, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        uint64_t old = 0;
+        WorkRequest wr = atomic_wr(Op::kFetchAdd, &old, 16, mr.rkey, 0, 1);
+        auto r = ep->post(std::span<const WorkRequest>(&wr, 1));
+        if (!r.is_ok() || *r != 1) return;
+        olds[t].push_back(old);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<uint64_t> all;
+  for (auto& v : olds) all.insert(all.end(), v.begin(), v.end());
+  ASSERT_EQ(all.size(), 4u * kPerThread);
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], i) << "an add was lost or doubled";
+  uint64_t final_value;
+  std::memcpy(&final_value, mr.addr + 16, 8);
+  EXPECT_EQ(final_value, 4u * kPerThread);
+}
+
+// --- Messages (every transport) ---
+
+// Both ends dial each other before either has polled: two connections. Both
+// directions work, and when one end goes away the other hears it once.
+TEST_P(TransportConformance, SimultaneousConnectFromBothSides) {
+  Side* c = add_side(3);
+  ASSERT_NE(c, nullptr);
+  auto bc = connect(b_, c);
+  auto cb = connect(c, b_);
+  ASSERT_NE(bc, nullptr);
+  ASSERT_NE(cb, nullptr);
+  auto m1 = pattern(300, 50), m2 = pattern(400, 51);
+  for (int round = 0; round < 3; ++round) {
+    size_t at_b = b_->rx.size(), at_c = c->rx.size();
+    ASSERT_TRUE(post_one(bc.get(), send_wr(1, m1.data(), m1.size())).is_ok());
+    ASSERT_TRUE(post_one(cb.get(), send_wr(2, m2.data(), m2.size())).is_ok());
+    ASSERT_TRUE(pump_until([&] { return b_->rx.size() > at_b && c->rx.size() > at_c; }));
+    EXPECT_EQ(c->rx.back().peer, 2u);
+    EXPECT_EQ(c->rx.back().data, m1);
+    EXPECT_EQ(b_->rx.back().peer, 3u);
+    EXPECT_EQ(b_->rx.back().data, m2);
+    // A third endpoint from either side reaches the peer too.
+    auto again = b_->t->connect(peer_info(3, ""), Deadline::after_ms(kWaitMs));
+    ASSERT_TRUE(again.is_ok()) << again.status().name();
+    EXPECT_TRUE((*again)->alive());
+  }
+  EXPECT_FALSE(has(b_->lost, 3));
+  EXPECT_FALSE(has(c->lost, 2));
+  c->t.reset();
+  ASSERT_TRUE(pump_until([&] { return has(b_->lost, 3); }));
+  for (int i = 0; i < 20; ++i) {
+    pump_once();
+    wait_any(Deadline::after_ms(1));
+  }
+  EXPECT_EQ(std::count(b_->lost.begin(), b_->lost.end(), 3u), 1);
+  EXPECT_FALSE(bc->alive());
+}
+
+TEST_P(TransportConformance, AllocMemoryIsUsableLocally) {
+  auto mr = a_->t->alloc_memory(10000, kRemoteAll);
+  ASSERT_TRUE(mr.is_ok()) << mr.status().name();
+  ASSERT_NE(mr->addr, nullptr);
+  EXPECT_GE(mr->len, 10000u);
+  for (size_t i = 0; i < mr->len; i += 4096) EXPECT_EQ(mr->addr[i], std::byte{0}) << i;
+  fill_pattern(mr->addr, mr->len, 52);
+  EXPECT_EQ(check_pattern(mr->addr, mr->len, 52), SIZE_MAX);
+  if (caps().one_sided) {
+    EXPECT_NE(mr->rkey, 0u);
+    // A span inside the region registers with the region's rkey.
+    auto sub = a_->t->register_memory(std::span<std::byte>(mr->addr + 4096, 100), kRemoteAll);
+    ASSERT_TRUE(sub.is_ok());
+    EXPECT_EQ(sub->rkey, mr->rkey);
+  }
+  EXPECT_FALSE(a_->t->alloc_memory(0, kRemoteAll).is_ok());
+  a_->t->free_memory(*mr);
+}
+
+// Messages several times the size of a ring (shm) or a socket buffer (tcp),
+// between small ones, arrive whole and in order.
+TEST_P(TransportConformance, MessagesLargerThanTheRing) {
+  const std::vector<size_t> sizes = {kTestMaxMsg - 7, 5, 3 * (1u << 20) + 5, 0, 70000, kTestMaxMsg};
+  size_t got = 0;
+  std::vector<std::string> bad;
+  b_->on_rx = [&](const Completion& c) {
+    size_t i = got++;
+    if (i >= sizes.size() || c.len != sizes[i] || check_pattern(c.rx, c.len, 40 + i) != SIZE_MAX) {
+      bad.push_back("message " + std::to_string(i) + " len " + std::to_string(c.len));
+    }
+  };
+  std::vector<std::byte> buf(kTestMaxMsg);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    fill_pattern(buf.data(), sizes[i], 40 + i);
+    ASSERT_TRUE(post_one(ab_.get(), send_wr(i, buf.data(), sizes[i], 1 + i % 2)).is_ok()) << i;
+    std::memset(buf.data(), 0xee, sizes[i]);  // an accepted post no longer needs it
+  }
+  ASSERT_TRUE(pump_until([&] { return got >= sizes.size(); }, Deadline::after_ms(4 * kWaitMs)));
+  pump_once();
+  EXPECT_EQ(got, sizes.size());
+  EXPECT_TRUE(bad.empty()) << bad.front();
+}
+
+// Enough small messages, posted in batches, to wrap a ring many times.
+TEST_P(TransportConformance, ManyBatchedMessagesWrapAroundInOrder) {
+  constexpr uint64_t kCount = 20000;
+  auto size_of = [](uint64_t i) { return static_cast<size_t>((i * 37) % 1500); };
+  uint64_t got = 0;
+  uint64_t bad = 0;
+  b_->on_rx = [&](const Completion& c) {
+    uint64_t i = got++;
+    if (c.len != size_of(i) || check_pattern(c.rx, c.len, i) != SIZE_MAX) ++bad;
+  };
+  std::vector<std::vector<std::byte>> bufs(8);
+  for (uint64_t i = 0; i < kCount; i += 8) {
+    std::vector<WorkRequest> wrs;
+    for (uint64_t j = 0; j < 8; ++j) {
+      bufs[j] = pattern(size_of(i + j), i + j);
+      wrs.push_back(send_wr(i + j, bufs[j].data(), bufs[j].size(), 1 + j % 2));
+    }
+    ASSERT_TRUE(post_all(ab_.get(), wrs).is_ok()) << i;
+    if (i % 64 == 0) pump_once();
+  }
+  ASSERT_TRUE(pump_until([&] { return got >= kCount; }, Deadline::after_ms(4 * kWaitMs)))
+      << "received " << got << " of " << kCount;
+  pump_once();
+  EXPECT_EQ(got, kCount);
+  EXPECT_EQ(bad, 0u);
+}
+
+// Several threads post to one endpoint while this thread polls: each thread's
+// messages arrive whole and in its order.
+TEST_P(TransportConformance, ConcurrentPostersKeepTheirOrder) {
+  constexpr uint32_t kThreads = 3, kPerThread = 3000;
+  std::vector<uint32_t> next(kThreads, 0);
+  uint64_t got = 0, bad = 0;
+  b_->on_rx = [&](const Completion& c) {
+    ++got;
+    uint32_t hdr[2];
+    if (c.len < sizeof(hdr)) {
+      ++bad;
+      return;
+    }
+    std::memcpy(hdr, c.rx, sizeof(hdr));
+    size_t body = c.len - sizeof(hdr);
+    if (hdr[0] >= kThreads || hdr[1] != next[hdr[0]] || body != hdr[1] % 700 ||
+        check_pattern(c.rx + sizeof(hdr), body, uint64_t{hdr[0]} << 32 | hdr[1]) != SIZE_MAX) {
+      ++bad;
+      return;
+    }
+    ++next[hdr[0]];
+  };
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([this, t, &failed] {
+      std::vector<std::byte> buf(8 + 700);
+      for (uint32_t i = 0; i < kPerThread; ++i) {
+        uint32_t hdr[2] = {t, i};
+        std::memcpy(buf.data(), hdr, sizeof(hdr));
+        size_t body = i % 700;
+        fill_pattern(buf.data() + 8, body, uint64_t{t} << 32 | i);
+        WorkRequest wr = send_wr(i, buf.data(), 8 + body, 1 + i % 2);
+        Deadline d = Deadline::after_ms(kWaitMs);
+        for (;;) {
+          auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+          if (!r.is_ok() || d.expired()) {
+            failed.fetch_add(1);
+            return;
+          }
+          if (*r == 1) break;
+          std::this_thread::yield();  // back-pressure: the main thread polls
+        }
+      }
+    });
+  }
+  bool all = pump_until([&] { return got >= uint64_t{kThreads} * kPerThread; },
+                        Deadline::after_ms(4 * kWaitMs));
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  ASSERT_TRUE(all) << "received " << got;
+  EXPECT_EQ(bad, 0u);
+}
+
+// A peer that goes away while this side keeps posting: kPeerLost, then posts
+// fail with kPeerDown; nothing hangs.
+TEST_P(TransportConformance, PeerDestroyedWhilePosting) {
+  std::vector<std::byte> buf = pattern(2048, 37);
+  WorkRequest wr = send_wr(1, buf.data(), buf.size());
+  for (int i = 0; i < 2000; ++i) {
+    auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+    ASSERT_TRUE(r.is_ok()) << r.status().name();
+    if (*r == 0) break;  // b never polls: back-pressure
+  }
+  b_->t.reset();
+  Status last;
+  ASSERT_TRUE(pump_until([&] {
+    auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+    if (!r.is_ok()) last = r.status();
+    return has(a_->lost, 2);
+  })) << "no kPeerLost for node 2";
+  EXPECT_FALSE(ab_->alive());
+  auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kPeerDown);
+  if (!last.is_ok()) {
+    EXPECT_EQ(last.code(), Code::kPeerDown);
+  }
+}
+
+// Back-pressure on kinds with a small queue: a receiver that does not poll
+// makes post return a short count; polling both sides lets everything through
+// in order, and kWrMustQueue is never refused.
+TEST_P(TransportConformance, BackPressureShortCountThenRecovers) {
+  if (!GetParam().small_queue) GTEST_SKIP() << GetParam().name << " has a large queue";
+  for (size_t msg_bytes : {size_t{1000}, size_t{16 * 1024}}) {
+    SCOPED_TRACE(msg_bytes);
+    b_->rx.clear();
+    uint64_t next = 0;
+    int bad = 0;
+    b_->on_rx = [&](const Completion& c) {
+      if (c.len != msg_bytes || check_pattern(c.rx, c.len, next) != SIZE_MAX) ++bad;
+      ++next;
+    };
+    std::vector<std::byte> buf(msg_bytes);
+    uint64_t accepted = 0;
+    for (; accepted < 10000; ++accepted) {
+      fill_pattern(buf.data(), buf.size(), accepted);
+      WorkRequest wr = send_wr(accepted, buf.data(), buf.size());
+      auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+      ASSERT_TRUE(r.is_ok()) << r.status().name();
+      if (*r == 0) break;
+    }
+    ASSERT_GT(accepted, 0u);
+    ASSERT_LT(accepted, 10000u) << "no back-pressure";
+    // Still refused while nobody polls; an empty post is fine.
+    WorkRequest wr = send_wr(accepted, buf.data(), buf.size());
+    auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(*r, 0u);
+    r = ab_->post({});
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(*r, 0u);
+    // kWrMustQueue goes through anyway.
+    for (int i = 0; i < 3; ++i) {
+      wr = send_wr(accepted, buf.data(), buf.size());
+      wr.flags = kWrMustQueue;
+      r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+      ASSERT_TRUE(r.is_ok());
+      EXPECT_EQ(*r, 1u) << "a kWrMustQueue request was refused";
+      fill_pattern(buf.data(), buf.size(), ++accepted);
+    }
+    EXPECT_TRUE(ab_->alive());
+    ASSERT_TRUE(pump_until([&] { return next >= accepted; })) << next << " of " << accepted;
+    pump_once();
+    EXPECT_EQ(next, accepted);
+    EXPECT_EQ(bad, 0);
+    b_->on_rx = nullptr;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, TransportConformance,
+    ::testing::Values(TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
+                      TransportKind{"shm_small_ring", &make_shm_small_ring, &shm_peer, true}),
+    [](const ::testing::TestParamInfo<TransportKind>& info) {
+      return std::string(info.param.name);
+    });
 
 // tcp only: what arrives on the listening port from something that is not an
 // ltier transport. "Receive X / Expect Y": a raw socket writes X; the
@@ -794,7 +1325,7 @@ TEST_F(TcpWireTest, HelloThenDataIsDelivered) {
   EXPECT_EQ(b_->rx[0].imm, 0u);
   EXPECT_EQ(b_->rx[1].imm, 42u);
   // The reply path reuses the raw connection: node 2 answers node 9 on it.
-  auto ep = b_->t->connect(PeerInfo{9, "", ""}, Deadline::after_ms(kWaitMs));
+  auto ep = b_->t->connect(PeerInfo{9, "", "", ""}, Deadline::after_ms(kWaitMs));
   ASSERT_TRUE(ep.is_ok()) << ep.status().name();
   std::string reply = "ok!";
   ASSERT_TRUE(post_one(ep->get(),

@@ -1,0 +1,105 @@
+// Layout of an shm connection segment and the records in its rings. Private to
+// transport/shm/.
+//
+// One memfd segment per connection, created by the connector and mapped by
+// both processes:
+//
+//   [0, 64)                 SegHeader
+//   [64, 64 + 2 * 192)      RingCtrl[2]: ring 0 carries connector -> acceptor,
+//                           ring 1 acceptor -> connector
+//   [kCtrlBytes, +R)        ring 0 bytes
+//   [kCtrlBytes + R, +R)    ring 1 bytes
+//
+// Each ring is single-producer / single-consumer. Positions are byte counts
+// since the connection began (64-bit, never wrap); the byte at position p is
+// at ring offset p & (R - 1). Records start at kRecAlign-aligned positions and
+// never straddle the end of the ring: a kPad record fills the rest of the ring
+// when the next record does not fit there. The producer writes records, then
+// publishes `head`; the consumer reads up to `head`, and once the bytes are no
+// longer lent out publishes `tail`. Control words are accessed only through
+// std::atomic_ref (both processes map them; lock-free 64/32-bit atomics are
+// address-free).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace lt::transport::shm {
+
+inline constexpr uint32_t kSegMagic = 0x6d73746c;  // "ltsm"
+inline constexpr uint16_t kSegVersion = 1;
+inline constexpr size_t kCtrlBytes = 4096;
+inline constexpr size_t kRecAlign = 64;
+inline constexpr uint32_t kMinRingBytes = 4096;
+inline constexpr uint32_t kMaxRingBytes = 1u << 30;
+
+/// Start of the segment; written once by the connector before it is shared.
+struct SegHeader {
+  uint32_t magic;       // kSegMagic
+  uint16_t version;     // kSegVersion
+  uint16_t reserved;    // zero
+  uint32_t ring_bytes;  // R: bytes of each ring, a power of two
+  uint32_t reserved2;   // zero
+  uint8_t pad[48];
+};
+static_assert(sizeof(SegHeader) == 64);
+
+/// Control words of one ring, each written by one side on its own cache line.
+struct RingCtrl {
+  alignas(64) uint64_t head;  // producer: end of the published records
+  alignas(64) uint64_t tail;  // consumer: end of the released records
+  // Wake-up requests, set by the side that is going to sleep and cleared by
+  // the side that rings its eventfd (the bells travel with the segment):
+  alignas(64) uint32_t want_data;  // consumer asleep: ring it after publishing head
+  uint32_t want_space;             // producer asleep with a backlog: ring it after releasing
+};
+static_assert(sizeof(RingCtrl) == 192);
+static_assert(64 + 2 * sizeof(RingCtrl) <= kCtrlBytes);
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
+static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
+
+enum class RecKind : uint8_t {
+  kMsg = 1,        // a whole message: payload follows the header
+  kPad = 2,        // filler to the end of the ring; the next record is at ring offset 0
+  kFragFirst = 3,  // first piece of a message larger than one record; `total` is set
+  kFrag = 4,       // next piece; the message is complete when the pieces sum to total
+};
+
+/// Header of every record; the payload follows it directly.
+struct RecHeader {
+  uint32_t len;    // payload bytes in this record (kPad: bytes after the header)
+  uint32_t imm;    // kMsg, kFragFirst: the immediate (0 for kSend)
+  uint32_t total;  // kFragFirst: bytes of the whole message; else 0
+  uint8_t kind;    // RecKind
+  uint8_t reserved[3];
+};
+static_assert(sizeof(RecHeader) == 16);
+inline constexpr size_t kRecHdr = sizeof(RecHeader);
+
+/// Bytes a record with `payload` bytes occupies in the ring.
+constexpr uint64_t record_bytes(uint64_t payload) {
+  return (kRecHdr + payload + kRecAlign - 1) & ~uint64_t{kRecAlign - 1};
+}
+
+/// The handshake packet on the unix socket. The connector's hello carries
+/// three descriptors (SCM_RIGHTS): the segment memfd, the connector's bell
+/// and the acceptor's bell (eventfds). The acceptor answers with an ack and
+/// no descriptors.
+enum class HelloKind : uint16_t { kHello = 1, kAck = 2 };
+struct Hello {
+  uint32_t magic;          // kSegMagic
+  uint16_t version;        // kSegVersion
+  uint16_t kind;           // HelloKind
+  uint32_t node;           // the sender's node id
+  uint32_t ring_bytes;     // hello: R of the segment; ack: 0
+  uint64_t cluster_token;  // the token from ltier-manager
+};
+static_assert(sizeof(Hello) == 24);
+
+template <typename T>
+inline std::atomic_ref<T> aref(T& v) {
+  return std::atomic_ref<T>(v);
+}
+
+}  // namespace lt::transport::shm
