@@ -12,8 +12,9 @@ namespace lt {
 std::vector<ConfigKey> config_keys(Config& c) {
   using K = KeyType;
   return {
-      {"transports", "LTIER_TRANSPORTS", "allowed transports, comma-separated: shm (peers on this host), tcp (all others)", K::kString,
-       &c.transports},
+      {"transports", "LTIER_TRANSPORTS",
+       "allowed transports, comma-separated: shm (peers on this host), tcp (all others)",
+       K::kString, &c.transports},
       {"cluster.manager", "LTIER_MANAGER", "host:port of ltier-manager", K::kString,
        &c.cluster.manager},
       {"cluster.secret", "LTIER_SECRET", "cluster secret; the manager refuses other values",

@@ -1089,8 +1089,8 @@ Result<std::shared_ptr<Core::LocalLmr>> Core::new_lmr(uint64_t size, NodeId mast
   if (size > config_.engine.max_lmr_bytes) return Code::kNoMemory;
   transport::Transport* t = shm_ != nullptr ? shm_ : transports_.front().get();
   auto region = t->alloc_memory(alive_offset(size) + sizeof(uint64_t), transport::kRemoteAll);
-  if (!region) return region.status().code() == Code::kInvalidArg ? Code::kInvalidArg
-                                                                  : Code::kNoMemory;
+  if (!region)
+    return region.status().code() == Code::kInvalidArg ? Code::kInvalidArg : Code::kNoMemory;
   auto l = std::make_shared<LocalLmr>();
   l->region = *region;
   l->from = t;
@@ -1125,7 +1125,7 @@ Status Core::native_op(const Mapping& m, transport::Endpoint* ep, const WorkRequ
   chk.num_sge = 1;
   chk.sge[0] = {reinterpret_cast<std::byte*>(&alive), sizeof(alive), 0};
   chk.remote = {alive_offset(m.size), m.rkey};
-  for (const WorkRequest* w : {&chk, &wr}) {
+  for (const WorkRequest* w : {static_cast<const WorkRequest*>(&chk), &wr}) {
     auto r = ep->post(std::span<const WorkRequest>(w, 1));
     if (!r) {
       if (r.status().code() == Code::kPeerDown) retire_endpoint(m.owner);

@@ -155,7 +155,7 @@ struct MsgEager {
 static_assert(sizeof(MsgEager) == 24);
 
 struct MsgRts {
-  MsgHeader h;    // req_id: the sender's request, named again by MsgPull
+  MsgHeader h;       // req_id: the sender's request, named again by MsgPull
   uint32_t port;     // destination port
   uint32_t credits;  // message credits returned to the receiver (piggybacked MsgCredit)
   uint64_t len;      // message length

@@ -4,11 +4,11 @@
 #include "cluster.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <dirent.h>
 #include <unistd.h>
 
 #include <random>
