@@ -288,16 +288,34 @@ void Core::leave() {
 
 void Core::progress_loop() {
   int ep = epoll_create1(EPOLL_CLOEXEC);
-  auto add = [&](int fd, uint32_t tag) {
+  // Parking set: the manager and the wake fd only, for while a caller spins.
+  int park_ep = epoll_create1(EPOLL_CLOEXEC);
+  auto add = [&](int set, int fd, uint32_t tag) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u32 = tag;
-    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
   };
-  for (auto& t : transports_) add(t->wait_fd(), 0);
-  add(membership_.fd(), 1);
-  add(wake_fd_, 2);
+  for (auto& t : transports_) add(ep, t->wait_fd(), 0);
+  add(ep, membership_.fd(), 1);
+  add(ep, wake_fd_, 2);
+  add(park_ep, membership_.fd(), 1);
+  add(park_ep, wake_fd_, 2);
   std::vector<Membership::Event> events;
+  auto on_events = [&](const epoll_event* evs, int n) {
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.u32 == 1) {
+        if (!on_manager_readable(&events)) {
+          epoll_ctl(ep, EPOLL_CTL_DEL, membership_.fd(), nullptr);
+          epoll_ctl(park_ep, EPOLL_CTL_DEL, membership_.fd(), nullptr);
+        }
+      } else if (evs[i].data.u32 == 2) {
+        uint64_t v;
+        ssize_t r = read(wake_fd_, &v, sizeof(v));
+        (void)r;
+      }
+    }
+  };
   // After serving a peer, keep polling for a bounded time: the next request
   // of a busy client is then served without a wake-up, which costs tens of
   // microseconds on small VMs. Replies alone (this node as a client) do not
@@ -305,6 +323,8 @@ void Core::progress_loop() {
   // thread on a 2-core machine hurts everyone. Then sleep: an idle engine
   // costs no CPU.
   const uint64_t spin_ns = config_.engine.progress_spin_us * 1000ull;
+  const timespec park = {0,
+                         static_cast<long>(std::max<uint32_t>(config_.engine.spin_us, 10)) * 1000L};
   uint64_t spin_until = 0;
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
@@ -315,10 +335,20 @@ void Core::progress_loop() {
     if (did) {
       // Under sustained load, still look at the manager socket each pass.
       epoll_event ev[4];
-      int k = epoll_wait(ep, ev, 4, 0);
-      for (int i = 0; i < k; ++i) {
-        if (ev[i].data.u32 == 1) on_manager_readable(ep, &events);
+      on_events(ev, epoll_wait(ep, ev, 4, 0));
+      continue;
+    }
+    if (spinners_.load(std::memory_order_seq_cst) > 0) {
+      // A caller is spinning in wait() and polls the transports, serving
+      // peers too: a second spinner would only take its core (2 cores here).
+      // Park for at most one spin budget; a caller that gives up spinning
+      // and sleeps wakes us through wake_fd_.
+      parked_.store(true, std::memory_order_seq_cst);
+      if (spinners_.load(std::memory_order_seq_cst) > 0) {
+        epoll_event evs[4];
+        on_events(evs, epoll_pwait2(park_ep, evs, 4, &park, nullptr));
       }
+      parked_.store(false, std::memory_order_relaxed);
       continue;
     }
     if (now < spin_until) {
@@ -326,27 +356,19 @@ void Core::progress_loop() {
       continue;
     }
     epoll_event evs[4];
-    int n = epoll_wait(ep, evs, 4, hb);
-    for (int i = 0; i < n; ++i) {
-      if (evs[i].data.u32 == 1) {
-        on_manager_readable(ep, &events);
-      } else if (evs[i].data.u32 == 2) {
-        uint64_t v;
-        ssize_t r = read(wake_fd_, &v, sizeof(v));
-        (void)r;
-      }
-    }
+    on_events(evs, epoll_wait(ep, evs, 4, hb));
   }
+  close(park_ep);
   close(ep);
 }
 
-void Core::on_manager_readable(int ep, std::vector<Membership::Event>* events) {
+bool Core::on_manager_readable(std::vector<Membership::Event>* events) {
   events->clear();
   Status s = membership_.on_readable(events);
   for (auto& e : *events) {
     if (!e.up) on_member_down(e.node);
   }
-  if (!s.is_ok()) epoll_ctl(ep, EPOLL_CTL_DEL, membership_.fd(), nullptr);
+  return s.is_ok();
 }
 
 void Core::on_member_down(NodeId n) {
@@ -706,9 +728,18 @@ Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
   uint64_t spin_until = now_ns() + config_.engine.spin_us * 1000ull;
+  spinners_.fetch_add(1, std::memory_order_seq_cst);
   while ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {
     if (!progress()) cpu_relax();
     if (now_ns() >= spin_until) break;
+  }
+  bool sleeping = (r->word.load(std::memory_order_acquire) & 0xff) != kStDone;
+  if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && sleeping &&
+      parked_.load(std::memory_order_seq_cst)) {
+    // Nobody polls while we sleep: unpark the progress thread.
+    uint64_t one = 1;
+    ssize_t w = write(wake_fd_, &one, sizeof(one));
+    (void)w;
   }
   while ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {
     uint64_t left = d.remaining_ns();

@@ -235,7 +235,7 @@ class Core {
   void run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
                std::span<const std::byte> in, std::span<std::byte> out);
   void rpc_worker_loop();
-  void on_manager_readable(int ep, std::vector<Membership::Event>* events);
+  bool on_manager_readable(std::vector<Membership::Event>* events);  // false: manager gone
 
   Config config_;
   qos::Scheduler sched_;
@@ -305,6 +305,8 @@ class Core {
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;  // owned; never freed early
 
   std::atomic<bool> busy_{false}, want_{false};
+  std::atomic<uint32_t> spinners_{0};  // callers spinning in wait(), polling for everyone
+  std::atomic<bool> parked_{false};    // the progress thread is parked for them
   // The progress token holder while it handles a batch, and whether more
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
