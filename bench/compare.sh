@@ -4,7 +4,7 @@
 # Peers, all over loopback TCP on this machine:
 #   tcp    $BUILD/bench/tcp_pingpong            plain blocking sockets (the floor), plus its
 #                                               --busy-poll variant (floor without wake-ups)
-#   ltier  $BUILD/tools/ltier-perf              ltier's own measuring tool
+#   ltier  $BUILD/tools/ltier-perf              ltier's own measuring tool, LTIER_TRANSPORTS=tcp
 #   ucx    ucx_perftest, UCX_TLS=tcp UCX_NET_DEVICES=lo
 # Rounds alternate the order (tcp ltier ucx, then ucx ltier tcp, ...) so slow drift of the
 # machine hits every tool alike; the report gives medians across rounds and ltier/peer ratios.
@@ -181,13 +181,13 @@ phase_ltier() {
   local dir=$1
   [[ -x $LTIER_BIN ]] || return 0
   log "  ltier-perf"
-  run_tool ltier-perf "$dir/ltier.out" "$LTIER_BIN" --ops read,write --sizes "$SIZES" \
+  LTIER_TRANSPORTS=tcp run_tool ltier-perf "$dir/ltier.out" "$LTIER_BIN" --ops read,write --sizes "$SIZES" \
     --iters "$ITERS" --bw --join
   # Messaging (ping-pong latency; streaming with 16 in flight, like tag_bw), RPC latency and
   # rate, fetch_add latency.
-  run_tool "ltier-perf (msg)" "$dir/ltier_msg.out" "$LTIER_BIN" --ops send,rpc \
+  LTIER_TRANSPORTS=tcp run_tool "ltier-perf (msg)" "$dir/ltier_msg.out" "$LTIER_BIN" --ops send,rpc \
     --sizes "$SIZES" --iters "$ITERS" --bw
-  run_tool "ltier-perf (rate)" "$dir/ltier_rate.out" "$LTIER_BIN" --ops rpc_rate,fetch_add \
+  LTIER_TRANSPORTS=tcp run_tool "ltier-perf (rate)" "$dir/ltier_rate.out" "$LTIER_BIN" --ops rpc_rate,fetch_add \
     --sizes 8 --iters "$ITERS"
 }
 
@@ -257,7 +257,7 @@ if ((HOG)); then
       --iters "$HOG_ITERS" --no-bw --no-connect --busy-poll
   fi
   if [[ -x $LTIER_BIN ]]; then
-    run_tool "ltier-perf (hog)" "$dir/ltier.out" "$LTIER_BIN" --ops read --sizes 8 \
+    LTIER_TRANSPORTS=tcp run_tool "ltier-perf (hog)" "$dir/ltier.out" "$LTIER_BIN" --ops read --sizes 8 \
       --iters "$HOG_ITERS"
   fi
   if [[ -n $UCX_BIN ]]; then
