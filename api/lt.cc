@@ -185,6 +185,7 @@ int LT_lmr_size(lt_engine_t* e, lt_lmr_t lmr, uint64_t* size) {
 
 int LT_read(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
+  if (lt::Status s; e->core.read_now(lmr, offset, buf, len, &s)) return rc(s);
   if (int s = rc(e->core.check_access(lmr, LT_READ, offset, len))) return s;
   return chunked(e, len, [&](uint64_t d, uint64_t n) {
     return e->core.read_async(lmr, offset + d, static_cast<char*>(buf) + d, n);
@@ -193,6 +194,7 @@ int LT_read(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t l
 
 int LT_write(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
+  if (lt::Status s; e->core.write_now(lmr, offset, buf, len, &s)) return rc(s);
   if (int s = rc(e->core.check_access(lmr, LT_WRITE, offset, len))) return s;
   return chunked(e, len, [&](uint64_t d, uint64_t n) {
     return e->core.write_async(lmr, offset + d, static_cast<const char*>(buf) + d, n);
@@ -219,6 +221,10 @@ int LT_fetch_add(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t add, ui
   if (e == nullptr || old == nullptr) return -LT_ERR_INVAL;
   // The engine writes *old only on success: keep the caller's value otherwise.
   uint64_t v = 0;
+  if (lt::Status st; e->core.atomic_now(lmr, offset, true, add, 0, &v, &st)) {
+    if (st.is_ok()) *old = v;
+    return rc(st);
+  }
   int s = blocking(e, [&] { return e->core.fetch_add_async(lmr, offset, add, &v); });
   if (s == 0) *old = v;
   return s;
@@ -228,6 +234,10 @@ int LT_compare_swap(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expe
                     uint64_t desired, uint64_t* old) {
   if (e == nullptr || old == nullptr) return -LT_ERR_INVAL;
   uint64_t v = 0;
+  if (lt::Status st; e->core.atomic_now(lmr, offset, false, desired, expected, &v, &st)) {
+    if (st.is_ok()) *old = v;
+    return rc(st);
+  }
   int s =
       blocking(e, [&] { return e->core.compare_swap_async(lmr, offset, expected, desired, &v); });
   if (s == 0) *old = v;

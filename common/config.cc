@@ -56,6 +56,11 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "shm: after polls have found nothing for this long, peers are asked to ring an eventfd "
        "for new data (until then wait_fd stays readable and callers keep spinning)",
        K::kU32, &c.shm.spin_us},
+      {"shm.stage_bytes", "LTIER_SHM_STAGE_BYTES",
+       "LT_send over shm: memory per engine where a rendezvous message is staged (the sender "
+       "copies it there and completes; the receiver reads it straight into its buffer); "
+       "0, a full stage or a larger message: the receiver pulls it by message",
+       K::kU32, &c.shm.stage_bytes},
       {"engine.spin_us", "LTIER_SPIN_US", "a waiting caller spins this long, then blocks", K::kU32,
        &c.engine.spin_us},
       {"engine.progress_spin_us", "LTIER_PROGRESS_SPIN_US",

@@ -143,6 +143,7 @@ struct Core::Unexpected {
   bool rts = false;
   uint64_t len = 0;
   uint64_t sender_req = 0;
+  uint64_t stage_rkey = 0, stage_off = 0;  // a staged rendezvous message
   std::vector<std::byte> data;
 };
 
@@ -276,6 +277,10 @@ void Core::leave() {
   ssize_t w = write(wake_fd_, &one, sizeof(one));
   (void)w;
   if (progress_thread_.joinable()) progress_thread_.join();
+  if (stage_.addr != nullptr) {
+    shm_->free_memory(stage_);
+    stage_ = {};
+  }
   for (uint32_t i = 0, n = num_reqs_.load(std::memory_order_acquire); i < n; ++i) {
     Request* r = req_at(i);
     uint64_t w0 = r->word.load();
@@ -376,6 +381,7 @@ void Core::on_member_down(NodeId n) {
   if (n < kMaxNodes) peers_[n].down.store(true);
   retire_endpoint(n);
   fail_requests_to(n, Code::kPeerDown);
+  stage_release_peer(n);
 }
 
 // ---------------------------------------------------------------- progress
@@ -592,6 +598,7 @@ void Core::handle(const Completion& c) {
     LT_INFO("connection to node %u lost", c.peer);
     retire_endpoint(c.peer);
     fail_requests_to(c.peer, Code::kPeerDown);
+    stage_release_peer(c.peer);
     return;
   }
   if (c.kind != CqKind::kRecv) return;
@@ -898,6 +905,10 @@ Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size
 Status Core::send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
                           const void* data, size_t dlen) {
   (void)id;
+  // Publish the request's fields to whichever thread completes it: the
+  // reply may come back through another process's shared memory, which
+  // carries no happens-before edge that tools (TSan) can see.
+  r->word.store(r->word.load(std::memory_order_relaxed), std::memory_order_release);
   Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false);
   if (!s.is_ok()) {
     // Not sent: nobody else can complete it. Claim it unless a peer-down
@@ -1166,6 +1177,87 @@ Status Core::native_op(const Mapping& m, transport::Endpoint* ep, const WorkRequ
     if (w == &chk && alive != m.key) return Code::kBadHandle;
   }
   return Status::ok();
+}
+
+bool Core::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
+  Mapping m;
+  *s = check_range(h, kRightRead, off, len, &m);
+  if (!s->is_ok()) return true;
+  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
+  if (len == 0) return true;
+  if (m.owner == self()) {
+    LmrRef ref{m.key, m.cap, m.rights, 0};
+    *s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightRead, off, len));
+      std::memcpy(buf, l->mem + off, len);
+      return Status::ok();
+    });
+    return true;
+  }
+  transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr;
+  if (ep == nullptr) return false;
+  WorkRequest wr;
+  wr.op = transport::Op::kRead;
+  wr.num_sge = 1;
+  wr.sge[0] = {static_cast<std::byte*>(buf), static_cast<uint32_t>(len), 0};
+  wr.remote = {off, m.rkey};
+  *s = native_op(m, ep, wr);
+  return true;
+}
+
+bool Core::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
+  Mapping m;
+  *s = check_range(h, kRightWrite, off, len, &m);
+  if (!s->is_ok()) return true;
+  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
+  if (len == 0) return true;
+  if (m.owner == self()) {
+    LmrRef ref{m.key, m.cap, m.rights, 0};
+    *s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
+      std::memcpy(l->mem + off, buf, len);
+      return Status::ok();
+    });
+    return true;
+  }
+  transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr;
+  if (ep == nullptr) return false;
+  WorkRequest wr;
+  wr.op = transport::Op::kWrite;
+  wr.num_sge = 1;
+  wr.sge[0] = {static_cast<const std::byte*>(buf), static_cast<uint32_t>(len), 0};
+  wr.remote = {off, m.rkey};
+  *s = native_op(m, ep, wr);
+  return true;
+}
+
+bool Core::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand, uint64_t compare,
+                      uint64_t* old, Status* s) {
+  Mapping m;
+  *s = check_range(h, kRightAtomic, off, sizeof(uint64_t), &m);
+  if (!s->is_ok()) return true;
+  if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
+  AtomicKind kind = fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap;
+  if (m.owner == self()) {
+    LmrRef ref{m.key, m.cap, m.rights, 0};
+    *s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightAtomic, off, sizeof(uint64_t)));
+      *old = apply_atomic(l->mem + off, kind, operand, compare);
+      return Status::ok();
+    });
+    return true;
+  }
+  transport::Endpoint* ep = native_endpoint(m);
+  if (ep == nullptr) return false;
+  WorkRequest wr;
+  wr.op = fetch_add ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
+  wr.num_sge = 1;
+  wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
+  wr.remote = {off, m.rkey};
+  wr.operand = operand;
+  wr.compare = compare;
+  *s = native_op(m, ep, wr);
+  return true;
 }
 
 Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
@@ -1496,6 +1588,98 @@ void Core::apply_credits(NodeId from, uint32_t count) {
   }
 }
 
+// ---------------------------------------------------------------- staging
+
+// First fit in the stage (made on first use); 64-byte granules.
+bool Core::stage_alloc(NodeId peer, uint64_t len, uint64_t* off) {
+  if (config_.shm.stage_bytes == 0 || len > config_.shm.stage_bytes) return false;
+  uint64_t need = (std::max<uint64_t>(len, 1) + 63) & ~uint64_t{63};
+  std::lock_guard<std::mutex> g(stage_mu_);
+  if (stage_.addr == nullptr) {
+    if (stage_failed_) return false;
+    auto r = shm_->alloc_memory(config_.shm.stage_bytes, transport::Access::kRemoteRead);
+    if (!r) {
+      stage_failed_ = true;
+      LT_WARN("shm: no rendezvous stage (%s); large messages are pulled by message",
+              r.status().text());
+      return false;
+    }
+    stage_ = *r;
+    stage_free_[0] = stage_.len;
+  }
+  for (auto it = stage_free_.begin(); it != stage_free_.end(); ++it) {
+    if (it->second < need) continue;
+    *off = it->first;
+    uint64_t rest = it->second - need;
+    stage_free_.erase(it);
+    if (rest > 0) stage_free_[*off + need] = rest;
+    stage_used_[*off] = {peer, need};
+    return true;
+  }
+  return false;  // full: this message is pulled instead
+}
+
+void Core::stage_free(NodeId peer, uint64_t off) {
+  std::lock_guard<std::mutex> g(stage_mu_);
+  auto it = stage_used_.find(off);
+  if (it == stage_used_.end() || it->second.peer != peer) return;  // not theirs: ignore
+  uint64_t len = it->second.len;
+  stage_used_.erase(it);
+  auto next = stage_free_.lower_bound(off);
+  if (next != stage_free_.end() && next->first == off + len) {
+    len += next->second;
+    next = stage_free_.erase(next);
+  }
+  if (next != stage_free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      prev->second += len;
+      return;
+    }
+  }
+  stage_free_[off] = len;
+}
+
+// The peer is gone: what it had not read yet is freed.
+void Core::stage_release_peer(NodeId peer) {
+  std::vector<uint64_t> offs;
+  {
+    std::lock_guard<std::mutex> g(stage_mu_);
+    for (auto& [off, use] : stage_used_) {
+      if (use.peer == peer) offs.push_back(off);
+    }
+  }
+  for (uint64_t off : offs) stage_free(peer, off);
+}
+
+// Completes a claimed receive with a message staged at its sender: read it
+// natively into the receive's buffer, then let the sender free it.
+void Core::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off) {
+  Status s;
+  *r->rpc_len = len;
+  *r->msg_src = from;
+  if (len > r->out_len) {
+    s = Code::kTruncated;
+  } else if (len > 0) {
+    transport::Endpoint* ep = nullptr;
+    s = endpoint(from, default_deadline(), &ep);
+    if (s.is_ok() && (len > UINT32_MAX || peers_[from].via.load() != shm_)) s = Code::kMalformed;
+    if (s.is_ok()) {
+      WorkRequest wr;
+      wr.op = transport::Op::kRead;
+      wr.num_sge = 1;
+      wr.sge[0] = {r->out, static_cast<uint32_t>(len), 0};
+      wr.remote = {off, rkey};
+      auto p = ep->post(std::span<const WorkRequest>(&wr, 1));
+      s = !p ? p.status() : *p == 1 ? Status::ok() : Status(Code::kNoResource);
+    }
+  }
+  finish(r, s);
+  MsgStaged done{make_header(MsgOp::kMsgStaged, 0), off};
+  (void)send(from, &done, sizeof(done), nullptr, 0, default_deadline(), true);
+  send_credit(from);
+}
+
 // Copies an eager message into a claimed receive and completes it.
 void Core::deliver_eager(Request* r, NodeId from, std::span<const std::byte> data) {
   Status s;
@@ -1583,6 +1767,33 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
     finish(*r, Status::ok());
     return id;
   }
+  uint64_t stage_off = 0;
+  if (shm_ != nullptr && ps.via.load(std::memory_order_relaxed) == shm_ &&
+      stage_alloc(node, len, &stage_off)) {
+    // Staged: copy it out and complete now; the receiver reads the copy.
+    ReqId id;
+    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    if (!r) {
+      stage_free(node, stage_off);
+      ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      return r.status();
+    }
+    std::memcpy(stage_.addr + stage_off, buf, len);
+    MsgRts m{make_header(MsgOp::kMsgRts, 0), port, 0, len, stage_.rkey, stage_off};
+    m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
+    Status s = send(node, &m, sizeof(m), nullptr, 0, default_deadline(), false);
+    uint64_t w = (*r)->word.load();
+    (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
+    if (!s.is_ok()) {
+      stage_free(node, stage_off);
+      ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));
+      release(*r);
+      return s;
+    }
+    finish(*r, Status::ok());
+    return id;
+  }
   ReqId id;
   auto r = alloc_request(ReqKind::kSendRndv, node, &id);
   if (!r) {
@@ -1591,7 +1802,7 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
   }
   (*r)->send_buf = static_cast<const std::byte*>(buf);
   (*r)->out_len = len;
-  MsgRts m{make_header(MsgOp::kMsgRts, id), port, 0, len};
+  MsgRts m{make_header(MsgOp::kMsgRts, id), port, 0, len, 0, 0};
   m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
   Status s = send_request(*r, id, node, &m, sizeof(m), nullptr, 0);
   if (!s.is_ok()) {
@@ -1632,7 +1843,7 @@ void Core::match_recv(Request* req, ReqId id) {
       p->posted.push_back({id, req});
       return;
     }
-    if (!p->unexpected.front().rts) {
+    if (!p->unexpected.front().rts || p->unexpected.front().stage_rkey != 0) {
       // Claim before taking the message, so a racing cancel cannot lose it.
       uint32_t gen = static_cast<uint32_t>(id >> 32);
       uint64_t expect = word(gen, kStPending);
@@ -1644,6 +1855,10 @@ void Core::match_recv(Request* req, ReqId id) {
   if (!u.rts) {
     deliver_eager(req, u.src, u.data);
     send_credit(u.src);
+    return;
+  }
+  if (u.stage_rkey != 0) {
+    deliver_staged(req, u.src, u.len, u.stage_rkey, u.stage_off);
     return;
   }
   req->peer.store(u.src);
@@ -1674,8 +1889,11 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
         u.src = from;
         u.rts = rts;
         if (rts) {
-          u.len = load<MsgRts>(b).len;
+          auto m = load<MsgRts>(b);
+          u.len = m.len;
           u.sender_req = h.req_id;
+          u.stage_rkey = m.stage_rkey;
+          u.stage_off = m.stage_off;
         } else {
           auto data = b.subspan(sizeof(MsgEager));
           u.len = data.size();
@@ -1688,6 +1906,10 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
       if (!rts) {
         deliver_eager(r, from, b.subspan(sizeof(MsgEager)));
         send_credit(from);
+        return;
+      }
+      if (auto m = load<MsgRts>(b); m.stage_rkey != 0) {
+        deliver_staged(r, from, m.len, m.stage_rkey, m.stage_off);
         return;
       }
       // Matched a waiting receive: pull the data into it.
@@ -1729,6 +1951,9 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
     }
     case MsgOp::kMsgCredit:
       apply_credits(from, load<MsgCredit>(b).count);
+      return;
+    case MsgOp::kMsgStaged:
+      stage_free(from, load<MsgStaged>(b).stage_off);
       return;
     default:
       malformed_.fetch_add(1, std::memory_order_relaxed);
@@ -1871,6 +2096,7 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
     }
     case MsgOp::kMsgEager:
     case MsgOp::kMsgRts:
+    case MsgOp::kMsgStaged:
     case MsgOp::kMsgPull:
     case MsgOp::kMsgCredit:
       serve_msg(from, h, b);

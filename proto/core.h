@@ -152,6 +152,14 @@ class Core {
   /// a multi-request operation validates its whole range first.
   Status check_access(LmrHandle h, uint32_t need, uint64_t off, uint64_t len) const;
 
+  /// Blocking fast paths: false when the op cannot be done at once here
+  /// (use the async form); else true with its status in *s. At once means
+  /// the LMR lives on this node, or on a same-host peer over shm (native).
+  bool read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s);
+  bool write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s);
+  bool atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand, uint64_t compare,
+                  uint64_t* old, Status* s);
+
   /// Largest length one read/write/cross-node memcpy request carries
   /// (bounded by tcp.max_msg_bytes). Blocking calls split longer ranges.
   uint64_t max_op_bytes() const { return max_payload_ - sizeof(RangeReq); }
@@ -222,6 +230,12 @@ class Core {
   struct Port;
   void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
   void send_credit(NodeId to);
+  // Rendezvous staging over shm (shm.stage_bytes): the sender copies a
+  // message into its stage and completes; the receiver reads it natively.
+  bool stage_alloc(NodeId peer, uint64_t len, uint64_t* off);
+  void stage_free(NodeId peer, uint64_t off);
+  void stage_release_peer(NodeId peer);
+  void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off);
   void apply_credits(NodeId from, uint32_t count);
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   bool claim_posted(Port& p, Request** out);
@@ -301,6 +315,15 @@ class Core {
   std::mutex msg_mu_;  // guards ports_ (short sections, no syscalls)
   std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
   std::unique_ptr<PeerSlot[]> peers_;
+  std::mutex stage_mu_;  // guards the stage allocator (no syscalls but the first alloc)
+  transport::MemRegion stage_{};
+  bool stage_failed_ = false;
+  std::map<uint64_t, uint64_t> stage_free_;  // offset -> length, coalesced
+  struct StageUse {
+    NodeId peer;
+    uint64_t len;
+  };
+  std::unordered_map<uint64_t, StageUse> stage_used_;  // offset -> use
   std::mutex connect_mu_;
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;  // owned; never freed early
 

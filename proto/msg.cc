@@ -53,6 +53,9 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kMsgCredit:
       *s = {sizeof(MsgCredit), false};
       return true;
+    case MsgOp::kMsgStaged:
+      *s = {sizeof(MsgStaged), false};
+      return true;
     case MsgOp::kMsgData:
       *s = {sizeof(MsgHeader), true};
       return true;

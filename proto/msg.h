@@ -27,6 +27,7 @@ enum class MsgOp : uint8_t {
   kMsgRts = 11,     // MsgRts: a rendezvous message is waiting at the sender
   kMsgPull = 12,    // MsgPull: the receiver has a buffer; send the data
   kMsgCredit = 13,  // MsgCredit: the receiver consumed messages
+  kMsgStaged = 14,  // MsgStaged: a staged rendezvous message was read
   kReply = 64,      // generic reply: MsgHeader (+ read data)
   kAllocReply = 65,
   kMapReply = 66,
@@ -155,12 +156,20 @@ struct MsgEager {
 static_assert(sizeof(MsgEager) == 24);
 
 struct MsgRts {
-  MsgHeader h;       // req_id: the sender's request, named again by MsgPull
-  uint32_t port;     // destination port
-  uint32_t credits;  // message credits returned to the receiver (piggybacked MsgCredit)
-  uint64_t len;      // message length
+  MsgHeader h;          // req_id: the sender's request, named again by MsgPull
+  uint32_t port;        // destination port
+  uint32_t credits;     // message credits returned to the receiver (piggybacked MsgCredit)
+  uint64_t len;         // message length
+  uint64_t stage_rkey;  // non-zero: the message is staged in the sender's shm memory at
+  uint64_t stage_off;   // stage_off (read it natively, then MsgStaged); 0: MsgPull it
 };
-static_assert(sizeof(MsgRts) == 32);
+static_assert(sizeof(MsgRts) == 48);
+
+struct MsgStaged {
+  MsgHeader h;         // req_id unused (zero)
+  uint64_t stage_off;  // the staged message the receiver has read: the sender frees it
+};
+static_assert(sizeof(MsgStaged) == 24);
 
 struct MsgPull {
   MsgHeader h;       // req_id: the sender's request (from MsgRts)

@@ -34,6 +34,7 @@ const Shape kShapes[] = {
     {MsgOp::kMsgRts, sizeof(MsgRts), false},
     {MsgOp::kMsgPull, sizeof(MsgPull), false},
     {MsgOp::kMsgCredit, sizeof(MsgCredit), false},
+    {MsgOp::kMsgStaged, sizeof(MsgStaged), false},
     {MsgOp::kMsgData, sizeof(MsgHeader), true},
     {MsgOp::kAtomicReply, sizeof(AtomicReply), false},
 };
