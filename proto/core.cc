@@ -1179,6 +1179,17 @@ Status Core::native_op(const Mapping& m, transport::Endpoint* ep, const WorkRequ
   return Status::ok();
 }
 
+// Applies an atomic to the word at `p` (8-byte aligned LMR memory). Every
+// node's atomics on a word go through here or through the local path below,
+// so they are atomic with respect to each other.
+static uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, uint64_t compare) {
+  std::atomic_ref<uint64_t> w(*reinterpret_cast<uint64_t*>(p));
+  if (kind == AtomicKind::kFetchAdd) return w.fetch_add(operand, std::memory_order_acq_rel);
+  uint64_t expected = compare;
+  w.compare_exchange_strong(expected, operand, std::memory_order_acq_rel);
+  return expected;  // the prior value, whether or not the swap happened
+}
+
 bool Core::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
   Mapping m;
   *s = check_range(h, kRightRead, off, len, &m);
@@ -1422,17 +1433,6 @@ Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
       make_header(MsgOp::kReadReq, id), LmrRef{s.key, s.cap, s.rights, 0}, src_off, len, 0, 0};
   LT_RETURN_IF_ERROR(send_request(*r, id, s.owner, &q, sizeof(q), nullptr, 0));
   return id;
-}
-
-// Applies an atomic to the word at `p` (8-byte aligned LMR memory). Every
-// node's atomics on a word go through here or through the local path below,
-// so they are atomic with respect to each other.
-static uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, uint64_t compare) {
-  std::atomic_ref<uint64_t> w(*reinterpret_cast<uint64_t*>(p));
-  if (kind == AtomicKind::kFetchAdd) return w.fetch_add(operand, std::memory_order_acq_rel);
-  uint64_t expected = compare;
-  w.compare_exchange_strong(expected, operand, std::memory_order_acq_rel);
-  return expected;  // the prior value, whether or not the swap happened
 }
 
 Result<ReqId> Core::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
