@@ -260,11 +260,13 @@ int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size
   if (e == nullptr) return -LT_ERR_INVAL;
   lt::Deadline d = deadline(e);
   for (;;) {
+    uint32_t epoch = e->core.credit_epoch();
     auto r = e->core.send_async(node, port, buf, len);
     if (r.is_ok()) return rc(e->core.wait_or_cancel(r.value(), d));
-    // No credit: the receiver has not consumed enough; make progress and retry.
+    // No credit: the receiver has not consumed enough. Wait until credits
+    // come back (spin, then sleep), then retry.
     if (r.status().code() != lt::Code::kNoResource || d.expired()) return rc(r.status());
-    if (!e->core.progress()) std::this_thread::yield();
+    if (!e->core.wait_credits(epoch, d).is_ok()) return rc(r.status());
   }
 }
 
@@ -366,6 +368,7 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
   lt::Deadline d = deadline(e);
   size_t n = 0;
   for (;;) {
+    uint32_t epoch = e->core.credit_epoch();
     auto r = e->core.rpc_async(node, func_id, in, in_len, out, out_cap, &n);
     if (r.is_ok()) {
       int s = rc(e->core.wait_or_cancel(r.value(), d));
@@ -374,7 +377,7 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
     }
     // Out of credits: wait for replies to return some.
     if (r.status().code() != lt::Code::kNoResource || d.expired()) return rc(r.status());
-    e->core.progress();
+    if (!e->core.wait_credits(epoch, d).is_ok()) return rc(r.status());
   }
 }
 

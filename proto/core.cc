@@ -382,6 +382,7 @@ void Core::on_member_down(NodeId n) {
   retire_endpoint(n);
   fail_requests_to(n, Code::kPeerDown);
   stage_release_peer(n);
+  credits_returned();  // callers waiting for its credits retry and see it down
 }
 
 // ---------------------------------------------------------------- progress
@@ -599,6 +600,7 @@ void Core::handle(const Completion& c) {
     retire_endpoint(c.peer);
     fail_requests_to(c.peer, Code::kPeerDown);
     stage_release_peer(c.peer);
+    credits_returned();  // callers waiting for its credits retry and see it lost
     return;
   }
   if (c.kind != CqKind::kRecv) return;
@@ -731,6 +733,40 @@ Core::Request* Core::lookup(ReqId id) {
 
 Status Core::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
 
+void Core::end_spin(bool will_sleep) {
+  if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
+      parked_.load(std::memory_order_seq_cst)) {
+    // Nobody polls while we sleep: unpark the progress thread.
+    uint64_t one = 1;
+    ssize_t w = write(wake_fd_, &one, sizeof(one));
+    (void)w;
+  }
+}
+
+void Core::credits_returned() {
+  credit_seq_.fetch_add(1, std::memory_order_seq_cst);
+  if (credit_sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&credit_seq_);
+}
+
+Status Core::wait_credits(uint32_t seen, Deadline d) {
+  uint64_t spin_until = now_ns() + config_.engine.spin_us * 1000ull;
+  spinners_.fetch_add(1, std::memory_order_seq_cst);
+  while (credit_seq_.load(std::memory_order_acquire) == seen && now_ns() < spin_until) {
+    if (!progress()) cpu_relax();
+  }
+  end_spin(credit_seq_.load(std::memory_order_acquire) == seen);
+  while (credit_seq_.load(std::memory_order_acquire) == seen) {
+    uint64_t left = d.remaining_ns();
+    if (left == 0) return Code::kTimedOut;
+    credit_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (credit_seq_.load(std::memory_order_seq_cst) == seen) {
+      futex_wait(&credit_seq_, seen, std::min<uint64_t>(left, 50000000ull));
+    }
+    credit_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  return Status::ok();
+}
+
 Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
@@ -740,14 +776,7 @@ Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
     if (!progress()) cpu_relax();
     if (now_ns() >= spin_until) break;
   }
-  bool sleeping = (r->word.load(std::memory_order_acquire) & 0xff) != kStDone;
-  if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && sleeping &&
-      parked_.load(std::memory_order_seq_cst)) {
-    // Nobody polls while we sleep: unpark the progress thread.
-    uint64_t one = 1;
-    ssize_t w = write(wake_fd_, &one, sizeof(one));
-    (void)w;
-  }
+  end_spin((r->word.load(std::memory_order_acquire) & 0xff) != kStDone);
   while ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {
     uint64_t left = d.remaining_ns();
     if (left == 0) return Code::kTimedOut;
@@ -1493,7 +1522,11 @@ void Core::return_rpc_credit(NodeId n) {
   if (n == 0 || n >= kMaxNodes) return;
   std::atomic<int32_t>& c = peers_[n].rpc_in_flight;
   int32_t v = c.load(std::memory_order_acquire);
-  while (v > 0 && !c.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) {
+  while (v > 0) {
+    if (c.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) {
+      credits_returned();
+      return;
+    }
   }
 }
 
@@ -1584,7 +1617,10 @@ void Core::apply_credits(NodeId from, uint32_t count) {
   int32_t v = f.load(std::memory_order_acquire);
   while (v > 0) {
     int32_t next = v > static_cast<int32_t>(count) ? v - static_cast<int32_t>(count) : 0;
-    if (f.compare_exchange_weak(v, next, std::memory_order_acq_rel)) return;
+    if (f.compare_exchange_weak(v, next, std::memory_order_acq_rel)) {
+      credits_returned();
+      return;
+    }
   }
 }
 
@@ -1717,22 +1753,20 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
   if (node == 0 || node >= kMaxNodes) return Code::kPeerDown;
   // Credits bound what this sender can leave unconsumed at the receiver, so
   // the receiver's store of unexpected messages stays bounded.
+  // The peer first: a dead one is PEER_DOWN even when no credit is left.
   PeerSlot& ps = peers_[node];
+  uint64_t eager_max = config_.tcp.eager_max_bytes;
+  if (node != self()) {
+    transport::Endpoint* ep;
+    LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
+    if (shm_ != nullptr && ps.via.load(std::memory_order_relaxed) == shm_) {
+      eager_max = config_.shm.eager_max_bytes;
+    }
+  }
   int32_t used = ps.msg_in_flight.fetch_add(1, std::memory_order_acq_rel);
   if (used >= static_cast<int32_t>(config_.engine.msg_credits)) {
     ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
     return Code::kNoResource;
-  }
-  uint64_t eager_max = config_.tcp.eager_max_bytes;
-  if (node != self()) {
-    transport::Endpoint* ep;
-    if (Status es = endpoint(node, default_deadline(), &ep); !es.is_ok()) {
-      ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
-      return es;
-    }
-    if (shm_ != nullptr && ps.via.load(std::memory_order_relaxed) == shm_) {
-      eager_max = config_.shm.eager_max_bytes;
-    }
   }
   if (len <= eager_max || node == self()) {
     // The request comes first: once the message is out, the call succeeds.

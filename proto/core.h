@@ -166,6 +166,13 @@ class Core {
 
   /// One progress pass; true if it found work.
   bool progress();
+
+  /// Credits (message or RPC) came back since credit_epoch() returned
+  /// `seen`? Callers out of credits read the epoch, try, and on kNoResource
+  /// wait here: spin (polling, like wait()) for engine.spin_us, then sleep
+  /// until credits come back or the deadline (kTimedOut).
+  uint32_t credit_epoch() const { return credit_seq_.load(std::memory_order_acquire); }
+  Status wait_credits(uint32_t seen, Deadline d);
   CoreStats stats() const;
   const qos::Scheduler& scheduler() const { return sched_; }
 
@@ -329,7 +336,10 @@ class Core {
 
   std::atomic<bool> busy_{false}, want_{false};
   std::atomic<uint32_t> spinners_{0};  // callers spinning in wait(), polling for everyone
-  std::atomic<bool> parked_{false};    // the progress thread is parked for them
+  std::atomic<uint32_t> credit_seq_{0}, credit_sleepers_{0};  // wait_credits() futex
+  void credits_returned();
+  void end_spin(bool will_sleep);    // a spinner stops; unparks the progress thread if needed
+  std::atomic<bool> parked_{false};  // the progress thread is parked for them
   // The progress token holder while it handles a batch, and whether more
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
