@@ -12,7 +12,8 @@
 #
 # Usage (from the repo root):
 #   bench/compare.sh [--build DIR] [--rounds N] [--out FILE] [--sizes a,b,c] [--iters N]
-#                    [--no-hog] [--hog-iters N] [--raw DIR]
+#                    [--no-hog] [--hog-iters N] [--raw DIR] [--report RAWDIR]
+# --raw keeps the raw output in DIR; --report RAWDIR only re-renders a kept run.
 # Only the block between the compare.sh markers in the output file is replaced; hand-written
 # text around it is kept.
 
@@ -26,12 +27,13 @@ ITERS=10000
 HOG=1
 HOG_ITERS=2000
 RAW_KEEP=
+REPORT_ONLY=
 # Exact command line, for the report.
 CMDLINE=$(printf '%q ' "$0" "$@")
 CMDLINE=${CMDLINE% }
 
 usage() {
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -45,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --hog-iters) HOG_ITERS=${2:?--hog-iters needs a number}; shift 2 ;;
     --no-hog) HOG=0; shift ;;
     --raw) RAW_KEEP=${2:?--raw needs a directory}; shift 2 ;;
+    --report) REPORT_ONLY=${2:?--report needs a raw directory}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "compare.sh: unknown argument: $1" >&2; usage ;;
   esac
@@ -222,6 +225,7 @@ phase_ucx() {
   ucx_run "$dir/ucx/ucp_add_8" ucp_add 8 $((4 * ITERS)) $((ITERS / 10 + 1))
 }
 
+if [[ -z $REPORT_ONLY ]]; then
 log "raw output in $RAW; tcp=$TCP_BIN ltier=$LTIER_BIN ucx=${UCX_BIN:-none}"
 for ((r = 1; r <= ROUNDS; r++)); do
   dir=$RAW/r$r
@@ -287,6 +291,11 @@ fi
   echo "hog_iters=$HOG_ITERS"
   echo "build=$BUILD"
 } >"$RAW/meta"
+
+else
+  RAW=$(abspath "$REPORT_ONLY")
+  RAW_KEEP=$RAW
+fi
 
 mkdir -p "$(dirname "$OUT")"
 python3 - "$RAW" "$OUT" <<'PY'
@@ -381,8 +390,7 @@ def ingest(dirpath, rnd):
     if os.path.isdir(udir):
         for fname in os.listdir(udir):
             m = re.match(r"^(ucp_put_lat|ucp_get|ucp_put_bw|tag_lat|tag_bw|tag_bwO16|ucp_am_lat|"
-                         r"ucp_fadd|
-                         r"ucp_add)_(\d+)(_p50|_p99)?$", fname)
+                         r"ucp_fadd|ucp_add)_(\d+)(_p50|_p99)?$", fname)
             if not m:
                 continue
             d = parse_ucx(read(os.path.join(udir, fname)))
