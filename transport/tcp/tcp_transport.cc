@@ -439,6 +439,7 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
   LT_RETURN_IF_ERROR(add_to_epoll(conn.get()));
   peers_[peer.node] = conn;
   conns_[conn.get()] = conn;
+  nconns_.store(conns_.size(), std::memory_order_release);
   return std::unique_ptr<Endpoint>(new TcpEndpoint(conn));
 }
 
@@ -460,6 +461,7 @@ void TcpTransport::accept_all() {
     std::lock_guard<std::mutex> g(mu_);
     if (!add_to_epoll(conn.get()).is_ok()) continue;
     conns_[conn.get()] = conn;
+    nconns_.store(conns_.size(), std::memory_order_release);
   }
 }
 
@@ -503,6 +505,7 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
     if (ci != conns_.end()) {
       closed_.push_back(std::move(ci->second));
       conns_.erase(ci);
+      nconns_.store(conns_.size(), std::memory_order_release);
     }
   }
   // A redundant connection (both sides dialed at once) closing is not the
@@ -619,6 +622,14 @@ size_t TcpTransport::poll(std::span<Completion> out) {
       out[n++] = send_done_.front();
       send_done_.pop_front();
     }
+  }
+  // With no connection at all (every peer on shm, say) only the listener
+  // can have news: look at it every kIdlePolls-th pass rather than paying an
+  // epoll_wait (and a clock read) on every pass of a caller spinning for
+  // other transports. A new inbound connection waits a few microseconds.
+  if (nconns_.load(std::memory_order_acquire) == 0 && ready_.empty() && pending_.empty() &&
+      ++idle_polls_ % kIdlePolls != 0) {
+    return n;
   }
   sweep_unidentified();
   epoll_event evs[64];

@@ -80,6 +80,9 @@ class TcpTransport final : public Transport {
   std::vector<std::shared_ptr<Conn>> closed_;  // kept alive until release_rx
   std::deque<Completion> pending_;             // events found while `out` was full
   uint64_t next_sweep_ns_ = 0;
+  std::atomic<size_t> nconns_{0};  // conns_.size(), read by the poller without mu_
+  uint32_t idle_polls_ = 0;
+  static constexpr uint32_t kIdlePolls = 64;  // listener-only: epoll_wait every 64th poll
   void sweep_unidentified();
 
   // Connections holding corked frames (kWrMore), for flush().
