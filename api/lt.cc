@@ -261,6 +261,16 @@ int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size
   lt::Deadline d = deadline(e);
   for (;;) {
     uint32_t epoch = e->core.credit_epoch();
+    lt::Status now = e->core.send_now(node, port, buf, len);
+    if (now.is_ok()) return 0;
+    if (now.code() != lt::Code::kUnsupported && now.code() != lt::Code::kNoResource) {
+      return rc(now);
+    }
+    if (now.code() == lt::Code::kNoResource) {
+      if (d.expired()) return rc(now);
+      if (!e->core.wait_credits(epoch, d).is_ok()) return rc(now);
+      continue;
+    }
     auto r = e->core.send_async(node, port, buf, len);
     if (r.is_ok()) return rc(e->core.wait_or_cancel(r.value(), d));
     // No credit: the receiver has not consumed enough. Wait until credits

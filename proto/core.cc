@@ -1746,6 +1746,19 @@ bool Core::claim_posted(Port& p, Request** out) {
 }
 
 Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size_t len) {
+  return send_impl(node, port, buf, len, false);
+}
+
+Status Core::send_now(NodeId node, uint32_t port, const void* buf, size_t len) {
+  auto r = send_impl(node, port, buf, len, true);
+  return r.is_ok() ? Status::ok() : r.status();
+}
+
+// no_request: the caller blocks anyway (LT_send), so an eager or staged
+// message, complete once posted, needs no request slot (ReqId 0); a message
+// that must be pulled gives kUnsupported with nothing taken.
+Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_t len,
+                              bool no_request) {
   if (!joined_.load()) return Code::kNotJoined;
   if ((buf == nullptr && len != 0) || len > max_payload_ - sizeof(MsgEager)) {
     return Code::kInvalidArg;
@@ -1770,8 +1783,9 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
   }
   if (len <= eager_max || node == self()) {
     // The request comes first: once the message is out, the call succeeds.
-    ReqId id;
-    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    ReqId id = 0;
+    Result<Request*> r = static_cast<Request*>(nullptr);
+    if (!no_request) r = alloc_request(ReqKind::kPlain, 0, &id);
     if (!r) {
       ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
       return r.status();
@@ -1792,6 +1806,7 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
       ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
       ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));  // not delivered: still owed
     }
+    if (*r == nullptr) return s.is_ok() ? Result<ReqId>(ReqId{0}) : Result<ReqId>(s);
     uint64_t w = (*r)->word.load();
     (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
     if (!s.is_ok()) {
@@ -1805,8 +1820,9 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
   if (shm_ != nullptr && ps.via.load(std::memory_order_relaxed) == shm_ &&
       stage_alloc(node, len, &stage_off)) {
     // Staged: copy it out and complete now; the receiver reads the copy.
-    ReqId id;
-    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    ReqId id = 0;
+    Result<Request*> r = static_cast<Request*>(nullptr);
+    if (!no_request) r = alloc_request(ReqKind::kPlain, 0, &id);
     if (!r) {
       stage_free(node, stage_off);
       ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
@@ -1816,17 +1832,22 @@ Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size
     MsgRts m{make_header(MsgOp::kMsgRts, 0), port, 0, len, stage_.rkey, stage_off};
     m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
     Status s = send(node, &m, sizeof(m), nullptr, 0, default_deadline(), false);
-    uint64_t w = (*r)->word.load();
-    (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
     if (!s.is_ok()) {
       stage_free(node, stage_off);
       ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
       ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));
-      release(*r);
+      if (*r != nullptr) release(*r);
       return s;
     }
+    if (*r == nullptr) return ReqId{0};
+    uint64_t w = (*r)->word.load();
+    (*r)->word.store((w & ~uint64_t{0xff}) | kStClaimed);
     finish(*r, Status::ok());
     return id;
+  }
+  if (no_request) {
+    ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return Code::kUnsupported;  // goes by the pull: the caller uses send_async
   }
   ReqId id;
   auto r = alloc_request(ReqKind::kSendRndv, node, &id);

@@ -135,6 +135,11 @@ class Core {
   /// grants engine.msg_credits unconsumed messages; without a credit:
   /// kNoResource (nothing sent). kInvalidArg above tcp.max_msg_bytes.
   Result<ReqId> send_async(NodeId node, uint32_t port, const void* buf, size_t len);
+  /// LT_send's fast path for a message that is complete once posted (eager,
+  /// or staged over shm): no request slot. kUnsupported when it must be
+  /// pulled instead (nothing taken: use send_async and wait); otherwise as
+  /// send_async.
+  Status send_now(NodeId node, uint32_t port, const void* buf, size_t len);
   /// Receives the next message on `port` from any node. On completion
   /// *src and *len are set; kTruncated (with *len the needed size; the
   /// message is consumed) when it exceeds cap.
@@ -237,6 +242,7 @@ class Core {
   struct Port;
   void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
   void send_credit(NodeId to);
+  Result<ReqId> send_impl(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request);
   // Rendezvous staging over shm (shm.stage_bytes): the sender copies a
   // message into its stage and completes; the receiver reads it natively.
   bool stage_alloc(NodeId peer, uint64_t len, uint64_t* off);
