@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -854,6 +855,19 @@ Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
   if (e != nullptr && e->alive()) {
     *out = e;
     return Status::ok();
+  }
+  // A node that joined moments ago may not be in our address book yet (the
+  // manager's MemberUp for it is on its way to our progress thread): wait
+  // for it, bounded, unless we are that thread.
+  if (!membership_.peer(p) && std::this_thread::get_id() != progress_thread_.get_id()) {
+    Deadline w = Deadline::after_ms(config_.tcp.connect_timeout_ms);
+    if (d.at_ns() < w.at_ns()) w = d;
+    while (!membership_.peer(p) && !w.expired() && !ps.down.load(std::memory_order_relaxed)) {
+      e = ps.ep.load(std::memory_order_acquire);
+      if (e != nullptr && e->alive()) break;  // it reached us first
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (ps.down.load(std::memory_order_relaxed)) return Code::kPeerDown;
   }
   std::lock_guard<std::mutex> g(connect_mu_);  // cold path: first contact or reconnect
   e = ps.ep.load(std::memory_order_acquire);
