@@ -575,8 +575,11 @@ bool Core::progress() {
     if (busy_.exchange(true)) return did;  // the holder re-checks want_ before it leaves
     want_.store(false);
     holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    // A bounded number of batches per transport and pass: under a steady
+    // stream the caller (the progress thread: heartbeats, the manager
+    // socket) gets control back; it calls again at once since work was found.
     for (auto& t : transports_) {
-      for (;;) {
+      for (int batches = 0; batches < kMaxBatchesPerPass; ++batches) {
         size_t n = t->poll(cq_);
         if (n == 0) break;
         did = true;
@@ -586,9 +589,9 @@ bool Core::progress() {
         }
         more_in_batch_ = false;
         t->release_rx(std::span<const Completion>(cq_.data(), n));
+        t->flush();  // the batch's corked replies go now, not after the pass
       }
     }
-    for (auto& t : transports_) t->flush();
     holder_.store(std::thread::id(), std::memory_order_relaxed);
     busy_.store(false);
   }

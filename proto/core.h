@@ -349,6 +349,7 @@ class Core {
   // The progress token holder while it handles a batch, and whether more
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
+  static constexpr int kMaxBatchesPerPass = 16;
   std::atomic<std::thread::id> holder_{};
   bool more_in_batch_ = false;
   std::vector<transport::Completion> cq_;  // used by the progress token holder only

@@ -173,6 +173,12 @@ Status Membership::on_readable(std::vector<Event>* events) {
 }
 
 int Membership::heartbeat(uint64_t now) {
+  if (next_beat_ns_ != 0 && now > next_beat_ns_ + 300000000ull) {
+    // The progress thread was held up (a blocking handler, a stalled pass):
+    // the manager may declare this node down. Say so where it happened.
+    LT_WARN("heartbeat %llu ms late: the progress thread was held up",
+            static_cast<unsigned long long>((now - next_beat_ns_) / 1000000));
+  }
   if (now >= next_beat_ns_) {
     std::string f = begin_ctl(CtlType::kHeartbeat);
     finish_ctl(&f);

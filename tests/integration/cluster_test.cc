@@ -601,6 +601,26 @@ TEST(Examples, AtomicLogAndKvStoreUnderLtierRun) {
   }
 }
 
+// Streaming large messages with 16 sends in flight, over tcp and over shm,
+// as ltier-perf --bw does. Regression: over tcp, replies corked behind a
+// progress pass that kept finding work starved the pulls (the sends then
+// timed out) and the node's heartbeats (it was declared down).
+TEST(Tools, PerfStreamsLargeMessages) {
+  for (const char* transports : {"tcp", "shm,tcp"}) {
+    Proc p({Cluster::bin("ltier-perf"), "--ops", "send", "--sizes", "1048576", "--iters", "40",
+            "--bw"},
+           {std::string("LTIER_TRANSPORTS=") + transports});
+    std::string out, line;
+    bool bw = false;
+    while ((line = p.read_line(120000)) != "EOF" && line != "TIMEOUT") {
+      out += line + "\n";
+      bw = bw || line.rfind("bw op=send size=1048576", 0) == 0;
+    }
+    EXPECT_EQ(p.wait_exit(10000), 0) << transports << ":\n" << out;
+    EXPECT_TRUE(bw) << transports << ":\n" << out;
+  }
+}
+
 TEST(Tools, LtierRunRingInNamespaces) {
   if (system("ip netns add ltier-run-probe >/dev/null 2>&1") != 0) {
     fprintf(stderr, "\n*** SKIPPED LOUDLY: ltier-run --netns: `ip netns add` refused ***\n\n");

@@ -80,17 +80,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::deque<std::string> outq_;
   size_t out_off_ = 0;
   size_t queued_ = 0;
-  // Frames posted with kWrMore while the socket was idle, sent ahead of the
-  // next frame without it or by flush_cork(). Non-empty only while no thread
-  // has the sending role and outq_ is empty. cork_tx_ belongs to the sending
-  // role: it swaps cork_ in and sends from it without the lock.
-  std::string cork_;
-  std::string cork_tx_;
-  bool cork_listed_ = false;  // in the transport's corked_ list
+  // Frames posted with kWrMore while the socket was idle sit in outq_ with
+  // corked_ set and nobody sending: the next post without kWrMore (or
+  // flush_cork) takes the sending role and drains them first.
+  std::atomic<bool> corked_{false};  // written under mu_; read by the sending role
+  bool cork_listed_ = false;         // in the transport's corked_ list
 };
 
 namespace {
-constexpr size_t kCorkMax = 64 * 1024;       // corked bytes per connection
 constexpr size_t kCorkFrameMax = 16 * 1024;  // larger posts go out at once
 }  // namespace
 
@@ -98,9 +95,8 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
   if (wrs.empty()) return size_t{0};
   wire::FrameHeader hdrs[kMaxPostBatch];
-  // iov[0] is kept for corked frames sent ahead of these.
-  iovec iov[1 + kMaxPostBatch * (1 + kMaxSge)];
-  int niov = 1;
+  iovec iov[kMaxPostBatch * (1 + kMaxSge)];
+  int niov = 0;
   size_t count = 0, total = 0;
   bool more = true;
   for (const WorkRequest& wr : wrs) {
@@ -131,58 +127,61 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
     more = more && (wr.flags & kWrMore);
     ++count;
   }
-  int first = 1;  // iov[first, niov) is what goes out
-  // Appends the bytes of iov[first, niov) after the first `skip` to `out`.
-  auto copy_into = [&](std::string* out, size_t skip) {
-    for (int i = first; i < niov; ++i) {
+  // Appends the bytes of iov[0, niov) after the first `skip` to a string.
+  auto copy_from = [&](size_t skip) {
+    std::string out;
+    out.reserve(total - std::min(skip, total));
+    for (int i = 0; i < niov; ++i) {
       size_t l = iov[i].iov_len;
       if (skip >= l) {
         skip -= l;
         continue;
       }
-      out->append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
+      out.append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
       skip = 0;
     }
+    return out;
   };
-  bool list_cork = false;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (sending_ || !outq_.empty()) {
-      if (queued_ > t_->config_.max_queued_bytes && !(wrs[0].flags & kWrMustQueue)) {
-        return size_t{0};  // back-pressure
+  const bool cork = more && total <= kCorkFrameMax;
+  for (;;) {
+    bool list_cork = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
+        // Someone sends (or EPOLLOUT will), or we join a cork: queue a copy.
+        if (!cork && queued_ > t_->config_.max_queued_bytes && !(wrs[0].flags & kWrMustQueue)) {
+          return size_t{0};  // back-pressure
+        }
+        outq_.push_back(copy_from(0));
+        queued_ += total;
+        return count;
       }
-      std::string s;
-      s.reserve(total);
-      copy_into(&s, 0);
-      outq_.push_back(std::move(s));
-      queued_ += total;
+      if (cork) {
+        // The socket is idle: hold the frames until a post without kWrMore
+        // or flush(), which send the whole batch with one system call.
+        outq_.push_back(copy_from(0));
+        queued_ += total;
+        corked_ = true;
+        list_cork = !cork_listed_;
+        cork_listed_ = true;
+      } else {
+        sending_ = true;
+      }
+    }
+    if (list_cork) {
+      t_->add_corked(shared_from_this());
       return count;
     }
-    if (more && total <= kCorkFrameMax && cork_.size() + total <= kCorkMax) {
-      if (cork_.capacity() < kCorkMax) cork_.reserve(kCorkMax);
-      copy_into(&cork_, 0);
-      list_cork = !cork_listed_;
-      cork_listed_ = true;
-    } else {
-      sending_ = true;
-      if (!cork_.empty()) cork_tx_.swap(cork_);  // corked frames go first
-    }
+    if (!corked_.load(std::memory_order_relaxed)) break;
+    // Corked frames are waiting (we hold the sending role): they go first.
+    corked_.store(false, std::memory_order_relaxed);
+    drain();  // gives the sending role back; then try again for our frames
   }
-  if (list_cork) {
-    t_->add_corked(shared_from_this());
-    return count;
-  }
-  if (!cork_tx_.empty()) {
-    first = 0;
-    iov[0] = {cork_tx_.data(), cork_tx_.size()};
-    total += cork_tx_.size();
-  }
-  ssize_t n = send_iov(iov + first, niov - first);
+  ssize_t n = send_iov(iov, niov);
   if (n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       LT_DEBUG("tcp: send to node %u failed: %s", peer_.load(), strerror(errno));
       mark_dead();
-      cork_tx_.clear();
       std::lock_guard<std::mutex> g(mu_);
       sending_ = false;
       return Code::kPeerDown;
@@ -190,15 +189,12 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
     n = 0;
   }
   if (static_cast<size_t>(n) < total) {
-    std::string rest;
-    rest.reserve(total - static_cast<size_t>(n));
-    copy_into(&rest, static_cast<size_t>(n));
+    std::string rest = copy_from(static_cast<size_t>(n));
     std::lock_guard<std::mutex> g(mu_);
     queued_ += rest.size();
     outq_.push_front(std::move(rest));
     out_off_ = 0;
   }
-  cork_tx_.clear();
   drain();
   return count;
 }
@@ -207,29 +203,10 @@ void Conn::flush_cork() {
   {
     std::lock_guard<std::mutex> g(mu_);
     cork_listed_ = false;
-    if (sending_ || cork_.empty()) return;
+    if (sending_ || !corked_.load(std::memory_order_relaxed)) return;
     sending_ = true;
-    cork_tx_.swap(cork_);
+    corked_.store(false, std::memory_order_relaxed);
   }
-  ssize_t n = ::send(fd_.get(), cork_tx_.data(), cork_tx_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (n < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      mark_dead();
-      cork_tx_.clear();
-      std::lock_guard<std::mutex> g(mu_);
-      sending_ = false;
-      return;
-    }
-    n = 0;
-  }
-  if (static_cast<size_t>(n) < cork_tx_.size()) {
-    std::string rest = cork_tx_.substr(static_cast<size_t>(n));
-    std::lock_guard<std::mutex> g(mu_);
-    queued_ += rest.size();
-    outq_.push_front(std::move(rest));
-    out_off_ = 0;
-  }
-  cork_tx_.clear();
   drain();
 }
 
@@ -328,6 +305,7 @@ void Conn::on_writable() {
     }
     if (outq_.empty()) return;
     sending_ = true;
+    corked_.store(false, std::memory_order_relaxed);
   }
   drain();
 }
