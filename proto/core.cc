@@ -293,6 +293,7 @@ void Core::leave() {
 }
 
 void Core::progress_loop() {
+  progress_tid_.store(std::this_thread::get_id(), std::memory_order_release);
   int ep = epoll_create1(EPOLL_CLOEXEC);
   // Parking set: the manager and the wake fd only, for while a caller spins.
   int park_ep = epoll_create1(EPOLL_CLOEXEC);
@@ -575,17 +576,28 @@ bool Core::progress() {
     if (busy_.exchange(true)) return did;  // the holder re-checks want_ before it leaves
     want_.store(false);
     holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    // A bounded number of batches per transport and pass: under a steady
+    // A bounded pass (16 batches per transport, and 2 ms): under a steady
     // stream the caller (the progress thread: heartbeats, the manager
     // socket) gets control back; it calls again at once since work was found.
+    uint64_t pass_end = 0;  // read the clock only once there was work
+    const bool on_progress_thread =
+        std::this_thread::get_id() == progress_tid_.load(std::memory_order_acquire);
     for (auto& t : transports_) {
       for (int batches = 0; batches < kMaxBatchesPerPass; ++batches) {
+        if (batches > 0) {
+          uint64_t now = now_ns();
+          if (pass_end == 0) pass_end = now + kMaxPassNs;
+          if (now >= pass_end) break;
+        }
         size_t n = t->poll(cq_);
         if (n == 0) break;
         did = true;
         for (size_t i = 0; i < n; ++i) {
           more_in_batch_ = i + 1 < n;
           handle(cq_[i]);
+          // A batch of big copies (staged 1 MiB messages, say) can take long,
+          // much longer under sanitizers: keep the heartbeats going.
+          if (i % 8 == 7 && on_progress_thread) (void)membership_.heartbeat(now_ns());
         }
         more_in_batch_ = false;
         t->release_rx(std::span<const Completion>(cq_.data(), n));
@@ -862,7 +874,8 @@ Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
   // A node that joined moments ago may not be in our address book yet (the
   // manager's MemberUp for it is on its way to our progress thread): wait
   // for it, bounded, unless we are that thread.
-  if (!membership_.peer(p) && std::this_thread::get_id() != progress_thread_.get_id()) {
+  if (!membership_.peer(p) &&
+      std::this_thread::get_id() != progress_tid_.load(std::memory_order_acquire)) {
     Deadline w = Deadline::after_ms(config_.tcp.connect_timeout_ms);
     if (d.at_ns() < w.at_ns()) w = d;
     while (!membership_.peer(p) && !w.expired() && !ps.down.load(std::memory_order_relaxed)) {

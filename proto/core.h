@@ -350,6 +350,7 @@ class Core {
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
   static constexpr int kMaxBatchesPerPass = 16;
+  static constexpr uint64_t kMaxPassNs = 2000000;
   std::atomic<std::thread::id> holder_{};
   bool more_in_batch_ = false;
   std::vector<transport::Completion> cq_;  // used by the progress token holder only
@@ -358,6 +359,7 @@ class Core {
   std::atomic<bool> joined_{false};
   int wake_fd_ = -1;
   std::thread progress_thread_;
+  std::atomic<std::thread::id> progress_tid_{};  // set by the progress thread itself
   std::atomic<uint64_t> served_{0}, malformed_{0}, late_{0};
 };
 

@@ -88,7 +88,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
 };
 
 namespace {
-constexpr size_t kCorkFrameMax = 16 * 1024;  // larger posts go out at once
+constexpr size_t kCorkFrameMax = 16 * 1024;   // larger posts go out at once
+constexpr size_t kMaxRecv = 256 * 1024;       // bytes one recv() asks for
+constexpr size_t kMaxReadPerPoll = 4u << 20;  // bytes read per connection per poll
 }  // namespace
 
 Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
@@ -504,6 +506,7 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
 }
 
 bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
+  size_t read_now = 0;
   for (;;) {
     size_t need = kHdr;
     for (;;) {
@@ -569,9 +572,15 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
       c->rx_end_ = live;
       c->rx_reserve(need);
     }
-    ssize_t r = ::recv(c->fd_.get(), c->rx_.get() + c->rx_end_, c->rx_cap_ - c->rx_end_, 0);
+    // At most kMaxRecv per call and kMaxReadPerPoll per connection and poll:
+    // a steady stream must not keep the poller here (heartbeats, other
+    // peers), and sanitizers account each call at its full length.
+    if (read_now >= kMaxReadPerPoll) return false;
+    size_t want = std::min(c->rx_cap_ - c->rx_end_, kMaxRecv);
+    ssize_t r = ::recv(c->fd_.get(), c->rx_.get() + c->rx_end_, want, 0);
     if (r > 0) {
       c->rx_end_ += static_cast<size_t>(r);
+      read_now += static_cast<size_t>(r);
       continue;
     }
     if (r == 0) {
