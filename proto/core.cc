@@ -1249,17 +1249,21 @@ static uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, ui
   return expected;  // the prior value, whether or not the swap happened
 }
 
-bool Core::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
-  Mapping m;
-  *s = check_range(h, kRightRead, off, len, &m);
-  if (!s->is_ok()) return true;
-  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
-  if (len == 0) return true;
+// The part of a read or write that needs no request: the LMR is this
+// node's (memcpy under its table entry) or a same-host peer's over shm
+// (native). False: it must go as a request. `m` is checked already.
+bool Core::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
+                    Status* s) {
+  uint32_t need = write ? kRightWrite : kRightRead;
   if (m.owner == self()) {
     LmrRef ref{m.key, m.cap, m.rights, 0};
     *s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
-      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightRead, off, len));
-      std::memcpy(buf, l->mem + off, len);
+      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, need, off, len));
+      if (write) {
+        std::memcpy(l->mem + off, buf, len);
+      } else {
+        std::memcpy(buf, l->mem + off, len);
+      }
       return Status::ok();
     });
     return true;
@@ -1267,47 +1271,17 @@ bool Core::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* 
   transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr;
   if (ep == nullptr) return false;
   WorkRequest wr;
-  wr.op = transport::Op::kRead;
+  wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
   wr.num_sge = 1;
-  wr.sge[0] = {static_cast<std::byte*>(buf), static_cast<uint32_t>(len), 0};
+  wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
   wr.remote = {off, m.rkey};
   *s = native_op(m, ep, wr);
   return true;
 }
 
-bool Core::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
-  Mapping m;
-  *s = check_range(h, kRightWrite, off, len, &m);
-  if (!s->is_ok()) return true;
-  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
-  if (len == 0) return true;
-  if (m.owner == self()) {
-    LmrRef ref{m.key, m.cap, m.rights, 0};
-    *s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
-      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
-      std::memcpy(l->mem + off, buf, len);
-      return Status::ok();
-    });
-    return true;
-  }
-  transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr;
-  if (ep == nullptr) return false;
-  WorkRequest wr;
-  wr.op = transport::Op::kWrite;
-  wr.num_sge = 1;
-  wr.sge[0] = {static_cast<const std::byte*>(buf), static_cast<uint32_t>(len), 0};
-  wr.remote = {off, m.rkey};
-  *s = native_op(m, ep, wr);
-  return true;
-}
-
-bool Core::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand, uint64_t compare,
-                      uint64_t* old, Status* s) {
-  Mapping m;
-  *s = check_range(h, kRightAtomic, off, sizeof(uint64_t), &m);
-  if (!s->is_ok()) return true;
-  if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
-  AtomicKind kind = fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap;
+// The same for an atomic (aligned, rights checked).
+bool Core::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
+                         uint64_t compare, uint64_t* old, Status* s) {
   if (m.owner == self()) {
     LmrRef ref{m.key, m.cap, m.rights, 0};
     *s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
@@ -1320,7 +1294,7 @@ bool Core::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operan
   transport::Endpoint* ep = native_endpoint(m);
   if (ep == nullptr) return false;
   WorkRequest wr;
-  wr.op = fetch_add ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
+  wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
   wr.num_sge = 1;
   wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
   wr.remote = {off, m.rkey};
@@ -1330,27 +1304,42 @@ bool Core::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operan
   return true;
 }
 
+bool Core::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
+  Mapping m;
+  *s = check_range(h, kRightRead, off, len, &m);
+  if (!s->is_ok()) return true;
+  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
+  if (len == 0) return true;
+  return copy_now(m, false, off, static_cast<std::byte*>(buf), len, s);
+}
+
+bool Core::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
+  Mapping m;
+  *s = check_range(h, kRightWrite, off, len, &m);
+  if (!s->is_ok()) return true;
+  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
+  if (len == 0) return true;
+  // Written from, never to: the cast only shares copy_now with reads.
+  return copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, s);
+}
+
+bool Core::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand, uint64_t compare,
+                      uint64_t* old, Status* s) {
+  Mapping m;
+  *s = check_range(h, kRightAtomic, off, sizeof(uint64_t), &m);
+  if (!s->is_ok()) return true;
+  if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
+  return atomic_now_on(m, off, fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap,
+                       operand, compare, old, s);
+}
+
 Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
   Mapping m;
   LT_RETURN_IF_ERROR(check_range(h, kRightRead, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
-  if (m.owner == self()) {
-    LmrRef ref{m.key, m.cap, m.rights, 0};
-    Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
-      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightRead, off, len));
-      std::memcpy(buf, l->mem + off, len);
-      return Status::ok();
-    });
+  if (Status s; copy_now(m, false, off, static_cast<std::byte*>(buf), len, &s)) {
     return done_request(s);
-  }
-  if (transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr) {
-    WorkRequest wr;
-    wr.op = transport::Op::kRead;
-    wr.num_sge = 1;
-    wr.sge[0] = {static_cast<std::byte*>(buf), static_cast<uint32_t>(len), 0};
-    wr.remote = {off, m.rkey};
-    return done_request(native_op(m, ep, wr));
   }
   if (len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
   ReqId id;
@@ -1368,22 +1357,8 @@ Result<ReqId> Core::write_async(LmrHandle h, uint64_t off, const void* buf, uint
   LT_RETURN_IF_ERROR(check_range(h, kRightWrite, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
-  if (m.owner == self()) {
-    LmrRef ref{m.key, m.cap, m.rights, 0};
-    Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
-      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
-      std::memcpy(l->mem + off, buf, len);
-      return Status::ok();
-    });
+  if (Status s; copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, &s)) {
     return done_request(s);
-  }
-  if (transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr) {
-    WorkRequest wr;
-    wr.op = transport::Op::kWrite;
-    wr.num_sge = 1;
-    wr.sge[0] = {static_cast<const std::byte*>(buf), static_cast<uint32_t>(len), 0};
-    wr.remote = {off, m.rkey};
-    return done_request(native_op(m, ep, wr));
   }
   if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
   ReqId id;
@@ -1500,25 +1475,7 @@ Result<ReqId> Core::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uin
   Mapping m;
   LT_RETURN_IF_ERROR(check_range(h, kRightAtomic, off, sizeof(uint64_t), &m));
   if (off % sizeof(uint64_t) != 0) return Code::kAlign;
-  if (m.owner == self()) {
-    LmrRef ref{m.key, m.cap, m.rights, 0};
-    Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
-      LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightAtomic, off, sizeof(uint64_t)));
-      *old = apply_atomic(l->mem + off, kind, operand, compare);
-      return Status::ok();
-    });
-    return done_request(s);
-  }
-  if (transport::Endpoint* ep = native_endpoint(m)) {
-    WorkRequest wr;
-    wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
-    wr.num_sge = 1;
-    wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
-    wr.remote = {off, m.rkey};
-    wr.operand = operand;
-    wr.compare = compare;
-    return done_request(native_op(m, ep, wr));
-  }
+  if (Status s; atomic_now_on(m, off, kind, operand, compare, old, &s)) return done_request(s);
   ReqId id;
   auto r = alloc_request(ReqKind::kAtomic, m.owner, &id);
   if (!r) return r.status();

@@ -229,6 +229,10 @@ class Core {
   Status with_lmr(uint64_t key, F&& f);
   Status check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const;
   Result<std::shared_ptr<LocalLmr>> new_lmr(uint64_t size, NodeId master);
+  bool copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
+                Status* s);
+  bool atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
+                     uint64_t compare, uint64_t* old, Status* s);
   transport::Endpoint* native_endpoint(const Mapping& m);
   Status native_op(const Mapping& m, transport::Endpoint* ep, const transport::WorkRequest& wr);
   uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const;
