@@ -61,6 +61,11 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "copies it there and completes; the receiver reads it straight into its buffer); "
        "0, a full stage or a larger message: the receiver pulls it by message",
        K::kU32, &c.shm.stage_bytes},
+      {"shm.cma", "LTIER_SHM_CMA",
+       "LT_send over shm: 1 places rendezvous messages straight into the receiver's buffer "
+       "(process_vm_writev, one copy) where the kernel allows it; 0, or where it does not: the "
+       "stage (shm.stage_bytes), then the pull",
+       K::kU32, &c.shm.cma},
       {"engine.spin_us", "LTIER_SPIN_US", "a waiting caller spins this long, then blocks", K::kU32,
        &c.engine.spin_us},
       {"engine.progress_spin_us", "LTIER_PROGRESS_SPIN_US",

@@ -37,6 +37,7 @@ struct ShmConfig {
   uint32_t eager_max_bytes = 64u << 10;  // messages above this go by rendezvous
   uint32_t spin_us = 20;             // polls that find nothing this long arm the peers' wake-ups
   uint32_t stage_bytes = 64u << 20;  // rendezvous staging memory per engine; 0: pull by message
+  uint32_t cma = 1;  // 1: single-copy rendezvous with process_vm_writev where allowed
 };
 
 struct EngineConfig {

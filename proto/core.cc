@@ -12,6 +12,7 @@
 #include <deque>
 
 #include "common/log.h"
+#include "common/racy.h"
 #include "transport/factory.h"
 
 namespace lt::proto {
@@ -22,6 +23,10 @@ using transport::WorkRequest;
 
 namespace {
 constexpr uint32_t kStFree = 0, kStPending = 1, kStClaimed = 2, kStDone = 3, kStCancelled = 4;
+// A receive whose buffer the sender may be writing into (placement): it
+// cannot be cancelled, only completed by the sender's MsgPlaced/MsgData or
+// failed when the sender is lost.
+constexpr uint32_t kStPlacing = 5;
 constexpr size_t kCqBatch = 64;
 
 inline uint64_t word(uint32_t gen, uint32_t st) { return (static_cast<uint64_t>(gen) << 8) | st; }
@@ -113,6 +118,9 @@ struct Core::Request {
   const std::byte* send_buf = nullptr;  // kSendRndv: the message
   uint32_t msg_port = 0;                // kRecv: the port
   uint64_t* rpc_token = nullptr;        // kRpcRecv: where the reply token goes
+  // kRecv placed by the sender: the registration of `out`, dropped at finish.
+  transport::Transport* place_t = nullptr;
+  transport::MemRegion place_mr{};
 };
 
 // An RPC request waiting for a server-loop receive (LT_recvRPC).
@@ -285,7 +293,7 @@ void Core::leave() {
   for (uint32_t i = 0, n = num_reqs_.load(std::memory_order_acquire); i < n; ++i) {
     Request* r = req_at(i);
     uint64_t w0 = r->word.load();
-    if ((w0 & 0xff) == kStPending) {
+    if ((w0 & 0xff) == kStPending || (w0 & 0xff) == kStPlacing) {
       uint64_t claimed = (w0 & ~uint64_t{0xff}) | kStClaimed;
       if (r->word.compare_exchange_strong(w0, claimed)) finish(r, Code::kClosed);
     }
@@ -711,6 +719,7 @@ Result<ReqId> Core::done_request(Status s) {
 }
 
 void Core::finish(Request* r, Status s) {
+  drop_placement(r);
   r->status = s.code();
   uint64_t w = r->word.load(std::memory_order_relaxed);
   r->word.store((w & ~uint64_t{0xff}) | kStDone, std::memory_order_seq_cst);
@@ -847,7 +856,7 @@ void Core::fail_requests_to(NodeId peer, Code c) {
     Request* r = req_at(i);
     if (r->peer.load() != peer) continue;
     uint64_t w = r->word.load();
-    if ((w & 0xff) != kStPending) continue;
+    if ((w & 0xff) != kStPending && (w & 0xff) != kStPlacing) continue;
     if (r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
       if (r->peer.load() == peer) {
         // No reply will return this call's RPC credit.
@@ -1260,9 +1269,9 @@ bool Core::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, 
     *s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, need, off, len));
       if (write) {
-        std::memcpy(l->mem + off, buf, len);
+        lmr_copy(l->mem + off, buf, len);
       } else {
-        std::memcpy(buf, l->mem + off, len);
+        lmr_copy(buf, l->mem + off, len);
       }
       return Status::ok();
     });
@@ -1377,7 +1386,7 @@ Result<ReqId> Core::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint6
     LmrRef ref{m.key, m.cap, m.rights, 0};
     Status s = with_lmr(m.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*l, m.key, ref, kRightWrite, off, len));
-      std::memset(l->mem + off, value, len);
+      lmr_fill(l->mem + off, value, len);
       return Status::ok();
     });
     return done_request(s);
@@ -1398,7 +1407,7 @@ Status Core::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, u
     LT_RETURN_IF_ERROR(check_ref(*d, dst.key, dref, kRightWrite, doff, len));
     return with_lmr(src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
       LT_RETURN_IF_ERROR(check_ref(*s, src.key, sref, kRightRead, soff, len));
-      std::memmove(d->mem + doff, s->mem + soff, len);
+      lmr_copy(d->mem + doff, s->mem + soff, len);
       return Status::ok();
     });
   });
@@ -1804,8 +1813,10 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
     return id;
   }
   uint64_t stage_off = 0;
+  // Staged when shm cannot place (no cross-memory attach): placement is one
+  // copy and needs no stage, so it goes by the pull below.
   if (shm_ != nullptr && ps.via.load(std::memory_order_relaxed) == shm_ &&
-      stage_alloc(node, len, &stage_off)) {
+      !shm_->caps().placement && stage_alloc(node, len, &stage_off)) {
     // Staged: copy it out and complete now; the receiver reads the copy.
     ReqId id = 0;
     Result<Request*> r = static_cast<Request*>(nullptr);
@@ -1876,6 +1887,7 @@ Result<ReqId> Core::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src
 // pulled from its sender (the receive then waits on that node).
 void Core::match_recv(Request* req, ReqId id) {
   Unexpected u;
+  bool place = false;
   {
     std::lock_guard<std::mutex> g(msg_mu_);
     auto& p = ports_[req->msg_port];
@@ -1885,11 +1897,16 @@ void Core::match_recv(Request* req, ReqId id) {
       p->posted.push_back({id, req});
       return;
     }
-    if (!p->unexpected.front().rts || p->unexpected.front().stage_rkey != 0) {
+    const Unexpected& f = p->unexpected.front();
+    place = f.rts && f.stage_rkey == 0 && can_place(f.src, f.len, req->out_len);
+    if (!f.rts || f.stage_rkey != 0 || place) {
       // Claim before taking the message, so a racing cancel cannot lose it.
+      if (place) req->peer.store(f.src);
       uint32_t gen = static_cast<uint32_t>(id >> 32);
       uint64_t expect = word(gen, kStPending);
-      if (!req->word.compare_exchange_strong(expect, word(gen, kStClaimed))) return;
+      if (!req->word.compare_exchange_strong(expect, word(gen, place ? kStPlacing : kStClaimed))) {
+        return;
+      }
     }
     u = std::move(p->unexpected.front());
     p->unexpected.pop_front();
@@ -1904,14 +1921,77 @@ void Core::match_recv(Request* req, ReqId id) {
     return;
   }
   req->peer.store(u.src);
-  MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id};
-  Status s = send(u.src, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
-  if (!s.is_ok()) {
-    uint64_t w = req->word.load();
-    if ((w & 0xff) == kStPending &&
-        req->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
-      finish(req, s);
+  MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id, 0, 0};
+  if (place) offer_placement(req, u.src, u.len, &pull);
+  send_pull(req, u.src, pull);
+}
+
+// True when the sender `from` can write a `len`-byte message straight into
+// a receive buffer of `cap` bytes (the transport to it places writes).
+bool Core::can_place(NodeId from, uint64_t len, uint64_t cap) const {
+  if (from == 0 || from >= kMaxNodes || len == 0 || len > cap || len > UINT32_MAX) return false;
+  transport::Transport* t = peers_[from].via.load(std::memory_order_acquire);
+  return t != nullptr && t->caps().placement;
+}
+
+// Registers the receive's buffer with the transport that reaches `from` and
+// names it in the pull. Both ends of a pair pick the same transport (the
+// choice depends on both nodes' offers), so the rkey is one the sender's
+// endpoint understands. Nothing is offered if registration fails: the
+// sender then sends the bytes in MsgData.
+void Core::offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull) {
+  transport::Transport* t = peers_[from].via.load(std::memory_order_acquire);
+  if (t == nullptr) return;
+  auto mr =
+      t->register_memory(std::span<std::byte>(req->out, len), transport::Access::kRemoteWrite);
+  if (!mr.is_ok() || mr->rkey == 0) return;
+  req->place_t = t;
+  req->place_mr = *mr;
+  pull->dst_addr = reinterpret_cast<uintptr_t>(req->out);
+  pull->dst_rkey = mr->rkey;
+}
+
+void Core::drop_placement(Request* r) {
+  if (r->place_t == nullptr) return;
+  r->place_t->deregister_memory(r->place_mr);
+  r->place_t = nullptr;
+  r->place_mr = {};
+}
+
+// Sends a receive's pull; a receive whose pull cannot go fails with why.
+void Core::send_pull(Request* req, NodeId to, const MsgPull& pull) {
+  Status s = send(to, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
+  if (s.is_ok()) return;
+  uint64_t w = req->word.load();
+  if (((w & 0xff) == kStPending || (w & 0xff) == kStPlacing) &&
+      req->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
+    finish(req, s);
+  }
+}
+
+// The sender's side of placement: one kWrite of the message into the
+// receiver's registered buffer.
+Status Core::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr,
+                         uint64_t rkey) {
+  if (len > UINT32_MAX) return Code::kInvalidArg;
+  transport::Endpoint* ep;
+  Deadline d = default_deadline();
+  LT_RETURN_IF_ERROR(endpoint(to, d, &ep));
+  WorkRequest wr;
+  wr.op = transport::Op::kWrite;
+  wr.flags = transport::kWrMustQueue;
+  wr.num_sge = 1;
+  wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
+  wr.remote = {addr, rkey};
+  for (;;) {
+    auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
+    if (!r) {
+      if (r.status().code() == Code::kPeerDown) retire_endpoint(to);
+      return r.status();
     }
+    if (*r == 1) return Status::ok();
+    if (d.expired()) return Code::kTimedOut;
+    if (!progress()) cpu_relax();
   }
 }
 
@@ -1954,13 +2034,17 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
         deliver_staged(r, from, m.len, m.stage_rkey, m.stage_off);
         return;
       }
-      // Matched a waiting receive: pull the data into it.
+      // Matched a waiting receive: pull the data into it (or have the
+      // sender place it there).
       r->peer.store(from);
       uint64_t w = r->word.load();
-      r->word.store((w & ~uint64_t{0xff}) | kStPending, std::memory_order_release);
       uint64_t recv_id = (w >> 8 << 32) | r->idx;
-      MsgPull pull{make_header(MsgOp::kMsgPull, h.req_id), recv_id};
-      (void)send(from, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
+      MsgPull pull{make_header(MsgOp::kMsgPull, h.req_id), recv_id, 0, 0};
+      uint64_t len = load<MsgRts>(b).len;
+      if (can_place(from, len, r->out_len)) offer_placement(r, from, len, &pull);
+      r->word.store((w & ~uint64_t{0xff}) | (pull.dst_rkey != 0 ? kStPlacing : kStPending),
+                    std::memory_order_release);
+      send_pull(r, from, pull);
       return;
     }
     case MsgOp::kMsgPull: {
@@ -1985,6 +2069,22 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
         MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id, Code::kTimedOut);
         (void)send(from, &d, sizeof(d), nullptr, 0, default_deadline(), true);
         return;
+      }
+      if (q.dst_rkey != 0) {
+        // Single copy: write into the receiver's buffer, then say so (the
+        // transport delivers MsgPlaced after the written bytes).
+        Status ws = place_write(from, r->send_buf, r->out_len, q.dst_addr, q.dst_rkey);
+        if (ws.is_ok()) {
+          MsgPlaced pl{make_header(MsgOp::kMsgPlaced, q.recv_id), r->out_len};
+          finish(r, send(from, &pl, sizeof(pl), nullptr, 0, default_deadline(), true));
+          return;
+        }
+        if (ws.code() == Code::kPeerDown) {
+          finish(r, ws);
+          return;
+        }
+        // Refused (a ptrace policy may forbid cross-memory attach): send the bytes.
+        LT_DEBUG("placement to node %u refused (%s); sending the data", from, ws.text());
       }
       MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id);
       Status s = send(from, &d, sizeof(d), r->send_buf, r->out_len, default_deadline(), true);
@@ -2070,6 +2170,7 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
         // The transport copies what the socket does not take, so the LMR is
         // only read while we hold it.
         MsgHeader rh = make_header(MsgOp::kReply, h.req_id);
+        RacyAccess racy;  // the LMR bytes (other send paths keep the checks)
         (void)send(from, &rh, sizeof(rh), l->mem + q.offset, q.len, default_deadline(), true);
         return Status::ok();
       });
@@ -2085,9 +2186,9 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
         if (!write && q.value > 0xff) return Code::kMalformed;
         LT_RETURN_IF_ERROR(check_ref(*l, q.lmr.key, q.lmr, kRightWrite, q.offset, q.len));
         if (write) {
-          std::memcpy(l->mem + q.offset, b.data() + sizeof(RangeReq), q.len);
+          lmr_copy(l->mem + q.offset, b.data() + sizeof(RangeReq), q.len);
         } else {
-          std::memset(l->mem + q.offset, static_cast<int>(q.value), q.len);
+          lmr_fill(l->mem + q.offset, static_cast<int>(q.value), q.len);
         }
         return Status::ok();
       });
@@ -2100,7 +2201,7 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
         LT_RETURN_IF_ERROR(check_ref(*d, q.dst.key, q.dst, kRightWrite, q.dst_offset, q.len));
         return with_lmr(q.src.key, [&](std::shared_ptr<LocalLmr>& s) -> Status {
           LT_RETURN_IF_ERROR(check_ref(*s, q.src.key, q.src, kRightRead, q.src_offset, q.len));
-          std::memmove(d->mem + q.dst_offset, s->mem + q.src_offset, q.len);
+          lmr_copy(d->mem + q.dst_offset, s->mem + q.src_offset, q.len);
           return Status::ok();
         });
       });
@@ -2218,19 +2319,25 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     // The server freed our ring slot, whether or not the call is still waited for.
     return_rpc_credit(from);
   }
-  if (static_cast<MsgOp>(h.op) == MsgOp::kMsgData) {
+  auto op = static_cast<MsgOp>(h.op);
+  bool msg_data = op == MsgOp::kMsgData || op == MsgOp::kMsgPlaced;
+  if (msg_data) {
     // The message is consumed here even if its receive was cancelled.
     send_credit(from);
   }
   uint64_t expect = word(gen, kStPending);
-  if (r->peer.load() != from || !r->word.compare_exchange_strong(expect, word(gen, kStClaimed))) {
+  bool claimed =
+      r->peer.load() == from && (r->word.compare_exchange_strong(expect, word(gen, kStClaimed)) ||
+                                 (msg_data && expect == word(gen, kStPlacing) &&
+                                  r->word.compare_exchange_strong(expect, word(gen, kStClaimed))));
+  if (!claimed) {
     late_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   Status s = static_cast<Code>(h.status);
-  auto op = static_cast<MsgOp>(h.op);
   if (r->kind == ReqKind::kRecv && op == MsgOp::kMsgData && !s.is_ok()) {
     // The sender withdrew its rendezvous message: wait for the next one.
+    drop_placement(r);
     r->word.store(word(gen, kStPending), std::memory_order_release);
     match_recv(r, h.req_id);
     return;
@@ -2260,6 +2367,17 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
         }
         break;
       case ReqKind::kRecv: {
+        if (op == MsgOp::kMsgPlaced) {
+          // Already in the buffer (the bytes came before this message).
+          uint64_t n = load<MsgPlaced>(b).len;
+          if (r->place_t == nullptr || n > r->place_mr.len) {
+            s = Code::kMalformed;
+          } else {
+            *r->rpc_len = n;
+            *r->msg_src = from;
+          }
+          break;
+        }
         if (op != MsgOp::kMsgData) {
           s = Code::kMalformed;
           break;
@@ -2312,7 +2430,7 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
       LmrRef dref{d.key, d.cap, d.rights, 0};
       s = with_lmr(d.key, [&](std::shared_ptr<LocalLmr>& l) -> Status {
         LT_RETURN_IF_ERROR(check_ref(*l, d.key, dref, kRightWrite, r->copy_dst_off, r->out_len));
-        std::memcpy(l->mem + r->copy_dst_off, r->bounce.get(), r->out_len);
+        lmr_copy(l->mem + r->copy_dst_off, r->bounce.get(), r->out_len);
         return Status::ok();
       });
     } else {

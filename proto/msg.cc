@@ -59,6 +59,9 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kMsgData:
       *s = {sizeof(MsgHeader), true};
       return true;
+    case MsgOp::kMsgPlaced:
+      *s = {sizeof(MsgPlaced), false};
+      return true;
     case MsgOp::kRpcReply:
       *s = {sizeof(MsgHeader), true};
       return true;

@@ -33,8 +33,8 @@ enum class MsgOp : uint8_t {
   kMapReply = 66,
   kAtomicReply = 67,
   kRpcReply = 68,
-  kMsgData = 69,  // MsgHeader (req_id: the receiver's recv) + the rendezvous data  // MsgHeader +
-                  // the reply bytes; status kNoHandler etc. on failure
+  kMsgData = 69,    // MsgHeader (req_id: the receiver's recv) + the rendezvous data
+  kMsgPlaced = 70,  // MsgPlaced: the rendezvous data was written into the receiver's buffer
 };
 
 /// LMR rights, as in lt.h.
@@ -172,10 +172,18 @@ struct MsgStaged {
 static_assert(sizeof(MsgStaged) == 24);
 
 struct MsgPull {
-  MsgHeader h;       // req_id: the sender's request (from MsgRts)
-  uint64_t recv_id;  // the receiver's recv request; MsgData carries it back
+  MsgHeader h;        // req_id: the sender's request (from MsgRts)
+  uint64_t recv_id;   // the receiver's recv request; MsgData/MsgPlaced carry it back
+  uint64_t dst_addr;  // dst_rkey != 0: the receiver's buffer, registered for placement
+  uint64_t dst_rkey;  // 0: send the data in MsgData
 };
-static_assert(sizeof(MsgPull) == 24);
+static_assert(sizeof(MsgPull) == 40);
+
+struct MsgPlaced {
+  MsgHeader h;   // req_id: the receiver's recv request
+  uint64_t len;  // bytes written at the MsgPull's dst_addr
+};
+static_assert(sizeof(MsgPlaced) == 24);
 
 struct MsgCredit {
   MsgHeader h;     // req_id unused (zero)

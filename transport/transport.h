@@ -25,6 +25,13 @@ struct Caps {  // read once per peer; values the device granted
   bool write_imm = false;
   bool atomics64 = false;
   bool needs_registration = false;
+  /// kWrite may target memory the peer registered with register_memory():
+  /// `remote.addr` is then the owner's virtual address and `remote.rkey` the
+  /// rkey register_memory returned. The written bytes are in place before any
+  /// message posted later on the same endpoint is delivered to the owner
+  /// (shm: process_vm_writev; tcp: a write frame received straight into the
+  /// memory; verbs: RDMA WRITE to an MR). Used for single-copy rendezvous.
+  bool placement = false;
   uint32_t max_inline = 0;
   uint32_t max_msg = 0;  // largest message payload (sum of the sges) a post accepts
   uint32_t max_batch = 0;
@@ -45,6 +52,9 @@ struct Sge {
 ///    alloc_memory(), and `addr` is a byte OFFSET into that region (0 is its
 ///    first byte), not a pointer. [addr, addr + len) must lie inside it.
 ///  - verbs (later): `addr` is the owner's virtual address, `rkey` its MR key.
+///  - placement (Caps::placement, kWrite only): `rkey` from the owner's
+///    register_memory() of ordinary memory and `addr` the owner's virtual
+///    address inside that registration.
 struct RemoteRef {
   uint64_t addr = 0;
   uint64_t rkey = 0;
@@ -148,6 +158,9 @@ class Transport {
   /// direction. Thread-safe. kPeerDown, kTimedOut on failure.
   virtual Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) = 0;
   virtual Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) = 0;
+  /// Releases a registration from register_memory (the MemRegion it returned,
+  /// unchanged); a placement write that arrives for it afterwards is refused.
+  virtual void deregister_memory(const MemRegion& r) { (void)r; }
   /// `len` bytes (rounded up to pages), zero-filled, that peers can reach
   /// with one-sided ops when the transport has Caps::one_sided: on shm this
   /// is the only memory with a usable rkey (register_memory gives rkey 0).

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -48,6 +49,13 @@ uint64_t make_rkey(int fd, Access a, uint64_t ino) {
 int rkey_fd(uint64_t rkey) { return static_cast<int>(rkey & kRkeyFdMask); }
 Access rkey_access(uint64_t rkey) { return static_cast<Access>((rkey >> 24) & 0xff); }
 uint32_t rkey_ino(uint64_t rkey) { return static_cast<uint32_t>(rkey >> 32); }
+// rkey of register_memory'd ordinary memory (Caps::placement): no inode, every
+// descriptor bit set, the Access in bits 24..31; `addr` is then the owner's
+// virtual address and the op a cross-memory copy (process_vm_writev/readv).
+uint64_t make_place_rkey(Access a) { return uint64_t{static_cast<uint8_t>(a)} << 24 | kRkeyFdMask; }
+bool is_place_rkey(uint64_t rkey) {
+  return rkey_ino(rkey) == 0 && static_cast<uint64_t>(rkey_fd(rkey)) == kRkeyFdMask;
+}
 
 bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
@@ -341,6 +349,7 @@ class ShmConn {
 
   Status check(const WorkRequest& wr, size_t* len) const;
   Status one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell);
+  Status place(const WorkRequest& wr, size_t len) const;
   Result<std::shared_ptr<RemoteMap>> remote_map(uint64_t rkey);
 
   void lock_tx() {
@@ -566,7 +575,66 @@ Result<std::shared_ptr<RemoteMap>> ShmConn::remote_map(uint64_t rkey) {
 // Native one-sided op, done here and now. Checks come first so a refused op
 // touches nothing. kWriteImm also queues a zero-length record with the imm;
 // the written bytes are in place before that record is published.
+// kWrite (or kRead) of ordinary peer memory named by a placement rkey: one
+// copy by the kernel between the two address spaces. The peer registered the
+// range; the kernel refuses what is not mapped there (kOutOfBounds).
+Status ShmConn::place(const WorkRequest& wr, size_t len) const {
+  if (!t_->caps_.placement) return Code::kBadHandle;
+  if (wr.op != Op::kWrite && wr.op != Op::kRead) return Code::kUnsupported;
+  Access need = wr.op == Op::kWrite ? Access::kRemoteWrite : Access::kRemoteRead;
+  if (!has_access(rkey_access(wr.remote.rkey), need)) return Code::kPerm;
+  if (len == 0) return Status::ok();
+  if (wr.remote.addr > UINTPTR_MAX - len) return Code::kOutOfBounds;
+  iovec local[kMaxSge];
+  int n = 0;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    if (wr.sge[i].len == 0) continue;
+    local[n++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
+  }
+  size_t done = 0;
+  while (done < len) {
+    // Resume after a partial copy: skip what went already.
+    iovec l[kMaxSge];
+    int ln = 0;
+    size_t skip = done;
+    for (int i = 0; i < n; ++i) {
+      if (skip >= local[i].iov_len) {
+        skip -= local[i].iov_len;
+        continue;
+      }
+      l[ln++] = {static_cast<std::byte*>(local[i].iov_base) + skip, local[i].iov_len - skip};
+      skip = 0;
+    }
+    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(wr.remote.addr) + done), len - done};
+    ssize_t k = wr.op == Op::kWrite
+                    ? ::process_vm_writev(peer_pid_, l, static_cast<unsigned long>(ln), &r, 1, 0)
+                    : ::process_vm_readv(peer_pid_, l, static_cast<unsigned long>(ln), &r, 1, 0);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+      continue;
+    }
+    int e = k == 0 ? EFAULT : errno;
+    if (e == EINTR) continue;
+    LT_DEBUG("shm: cross-memory %s of %zu bytes at node %u: %s",
+             wr.op == Op::kWrite ? "write" : "read", len, peer_.load(), strerror(e));
+    switch (e) {
+      case EFAULT:
+        return Code::kOutOfBounds;
+      case ESRCH:
+        return Code::kPeerDown;
+      case EPERM:
+        return Code::kPerm;
+      case ENOMEM:
+        return Code::kNoMemory;
+      default:
+        return Code::kSys;
+    }
+  }
+  return Status::ok();
+}
+
 Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell) {
+  if (is_place_rkey(wr.remote.rkey)) return place(wr, len);
   std::shared_ptr<RemoteMap> m;
   std::byte* target = nullptr;
   if (len > 0) {
@@ -718,6 +786,17 @@ Status ShmTransport::init() {
   caps_.max_inline = static_cast<uint32_t>(max_single_);
   caps_.max_msg = config_.max_msg_bytes;
   caps_.max_batch = kMaxPostBatch;
+  if (config_.cma != 0) {
+    // Cross-memory attach (placement writes) needs process_vm_writev; a
+    // seccomp filter or a kernel without it refuses even our own memory.
+    uint64_t src = 0x5a5a, dst = 0;
+    iovec l{&dst, sizeof(dst)}, rr{&src, sizeof(src)};
+    if (::process_vm_readv(::getpid(), &l, 1, &rr, 1, 0) == sizeof(dst) && dst == src) {
+      caps_.placement = true;
+    } else {
+      LT_DEBUG("shm: no cross-memory attach (%s); large messages are staged", strerror(errno));
+    }
+  }
 
   {
     net::Fd probe(::memfd_create("ltier-probe", MFD_CLOEXEC));
@@ -868,16 +947,21 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
   return std::unique_ptr<Endpoint>(new ShmEndpoint(conn));
 }
 
-Result<MemRegion> ShmTransport::register_memory(std::span<std::byte> mem, Access) {
+Result<MemRegion> ShmTransport::register_memory(std::span<std::byte> mem, Access a) {
   MemRegion r{mem.data(), mem.size(), 0, 0};
-  std::lock_guard<std::mutex> g(seg_mu_);
-  for (auto& [k, s] : segs_) {
-    if (mem.data() >= s.addr && mem.size() <= s.len &&
-        static_cast<size_t>(mem.data() - s.addr) <= s.len - mem.size()) {
-      r.rkey = k;
-      break;
+  {
+    std::lock_guard<std::mutex> g(seg_mu_);
+    for (auto& [k, s] : segs_) {
+      if (mem.data() >= s.addr && mem.size() <= s.len &&
+          static_cast<size_t>(mem.data() - s.addr) <= s.len - mem.size()) {
+        r.rkey = k;
+        return r;
+      }
     }
   }
+  Access remote = static_cast<Access>(
+      static_cast<uint8_t>(a) & static_cast<uint8_t>(Access::kRemoteRead | Access::kRemoteWrite));
+  if (caps_.placement && remote != Access::kLocal) r.rkey = make_place_rkey(remote);
   return r;
 }
 

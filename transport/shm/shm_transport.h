@@ -91,7 +91,11 @@ class ShmTransport final : public Transport {
   Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) override;
   /// No registration is needed locally. Spans inside an alloc_memory region
   /// get that region's rkey (remote offsets stay relative to the region's
-  /// start); any other memory gets lkey = rkey = 0, which peers cannot use.
+  /// start). Other memory with remote read or write rights gets a placement
+  /// rkey when the kernel allows cross-memory attach (Caps::placement): peers
+  /// kWrite/kRead it by virtual address with process_vm_writev/readv. Same
+  /// uid peers could do that anyway; the rkey does not bound the range (the
+  /// kernel refuses unmapped addresses). Otherwise rkey = 0, unusable.
   Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) override;
   Result<MemRegion> alloc_memory(size_t len, Access a) override;
   void free_memory(const MemRegion& r) override;

