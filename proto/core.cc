@@ -579,11 +579,18 @@ Status Core::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
 bool Core::progress() {
   if (transports_.empty()) return false;
   bool did = false;
-  want_.store(true);
-  while (want_.load()) {
-    if (busy_.exchange(true)) return did;  // the holder re-checks want_ before it leaves
-    want_.store(false);
+  // One thread polls at a time (busy_). A caller that finds it taken leaves
+  // want_ set, and the holder re-checks want_ after it lets go, so a pass
+  // asked for during a pass still happens; uncontended, this costs one
+  // exchange and one store.
+  if (busy_.exchange(true, std::memory_order_acquire)) {
+    want_.store(true, std::memory_order_seq_cst);
+    if (busy_.exchange(true, std::memory_order_acquire)) return false;
+  }
+  for (;;) {
+    want_.store(false, std::memory_order_relaxed);
     holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    for (auto& t : transports_) t->flush();  // calls held by rpc_async (cheap when none)
     // A bounded pass (16 batches per transport, and 2 ms): under a steady
     // stream the caller (the progress thread: heartbeats, the manager
     // socket) gets control back; it calls again at once since work was found.
@@ -613,9 +620,10 @@ bool Core::progress() {
       }
     }
     holder_.store(std::thread::id(), std::memory_order_relaxed);
-    busy_.store(false);
+    busy_.store(false, std::memory_order_seq_cst);
+    if (!want_.load(std::memory_order_seq_cst)) return did;
+    if (busy_.exchange(true, std::memory_order_acquire)) return did;  // its holder runs it
   }
-  return did;
 }
 
 void Core::handle(const Completion& c) {
@@ -943,7 +951,7 @@ void Core::retire_endpoint(NodeId p) {
 }
 
 Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
-                  bool reply) {
+                  bool reply, bool more) {
   transport::Endpoint* ep;
   LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
   WorkRequest wr;
@@ -952,6 +960,7 @@ Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size
   wr.sge[0] = {static_cast<const std::byte*>(hdr), static_cast<uint32_t>(hlen), 0};
   wr.sge[1] = {static_cast<const std::byte*>(data), static_cast<uint32_t>(dlen), 0};
   if (reply) wr.flags |= transport::kWrMustQueue;
+  if (more) wr.flags |= transport::kWrMore;
   // A reply sent while handling a batch with more to come waits for the
   // batch's last reply (or the flush after it): one system call per batch.
   if (reply && holder_.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
@@ -971,13 +980,13 @@ Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size
 }
 
 Status Core::send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
-                          const void* data, size_t dlen) {
+                          const void* data, size_t dlen, bool more) {
   (void)id;
   // Publish the request's fields to whichever thread completes it: the
   // reply may come back through another process's shared memory, which
   // carries no happens-before edge that tools (TSan) can see.
   r->word.store(r->word.load(std::memory_order_relaxed), std::memory_order_release);
-  Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false);
+  Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false, more);
   if (!s.is_ok()) {
     // Not sent: nobody else can complete it. Claim it unless a peer-down
     // sweep already did, then free it.
@@ -1575,7 +1584,12 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
   (*r)->out_len = out_cap;
   (*r)->rpc_len = out_len;
   RpcReq q{make_header(MsgOp::kRpcReq, id), func_id, static_cast<uint32_t>(used)};
-  Status s = send_request(*r, id, node, &q, sizeof(q), in, in_len);
+  // With kRpcCorkDepth calls to this server already outstanding, their
+  // replies are on the way and this call queues behind them there anyway:
+  // a stream transport may hold it until the next progress pass (which
+  // handles those replies, or any wait) and send several calls at once.
+  bool more = used >= kRpcCorkDepth;
+  Status s = send_request(*r, id, node, &q, sizeof(q), in, in_len, more);
   if (!s.is_ok()) {
     ps.rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
     return s;

@@ -205,10 +205,12 @@ class Core {
   // Peers.
   Status endpoint(NodeId p, Deadline d, transport::Endpoint** out);
   void retire_endpoint(NodeId p);
+  // more: another post to `p` is sure to follow soon (see rpc_async), so a
+  // stream transport may hold this one for the same system call.
   Status send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
-              bool reply);
+              bool reply, bool more = false);
   Status send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
-                      const void* data, size_t dlen);
+                      const void* data, size_t dlen, bool more = false);
 
   // Serving peers.
   void handle(const transport::Completion& c);
@@ -360,6 +362,7 @@ class Core {
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
   static constexpr int kMaxBatchesPerPass = 16;
+  static constexpr int32_t kRpcCorkDepth = 2;  // outstanding calls before rpc_async corks
   static constexpr uint64_t kMaxPassNs = 2000000;
   std::atomic<std::thread::id> holder_{};
   bool more_in_batch_ = false;

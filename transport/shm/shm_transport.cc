@@ -28,6 +28,7 @@ namespace lt::transport::shm {
 namespace {
 constexpr size_t kMaxPostBatch = 32;
 constexpr uint64_t kEventCheckNs = 200000;  // socket/accept checks while not armed
+constexpr uint32_t kClockPolls = 16;        // polls per clock read while spinning
 constexpr uint64_t kSweepNs = 1000000000ull;
 constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
 constexpr size_t kMaxRemoteMaps = 64;  // mapped peer regions cached per connection
@@ -1373,7 +1374,13 @@ size_t ShmTransport::poll(std::span<Completion> out) {
     refresh_list();
     active = true;
   }
-  const uint64_t now = now_ns();
+  // The clock (tens of ns on a VM) is read every kClockPolls-th poll: a
+  // caller spinning here polls far more often than the spin and event
+  // intervals need. While armed the poller sleeps between polls: read it.
+  uint64_t now = clock_ns_;
+  if (++polls_ % kClockPolls == 0 || now == 0 || armed_.load(std::memory_order_relaxed)) {
+    now = clock_ns_ = now_ns();
+  }
   if (armed_.load(std::memory_order_relaxed) || now >= next_events_ns_) {
     active |= handle_events(out, &n);
     next_events_ns_ = now + kEventCheckNs;

@@ -150,6 +150,8 @@ class ShmTransport final : public Transport {
   std::vector<std::shared_ptr<ShmConn>> closed_;  // kept alive until release_rx
   std::deque<Completion> pending_;                // events found while `out` was full
   uint64_t idle_since_ns_ = 0;
+  uint64_t clock_ns_ = 0;  // the clock at the last poll that read it
+  uint32_t polls_ = 0;
   uint64_t next_events_ns_ = 0;
   uint64_t next_sweep_ns_ = 0;
 

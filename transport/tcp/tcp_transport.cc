@@ -146,7 +146,7 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   };
   const bool cork = more && total <= kCorkFrameMax;
   for (;;) {
-    bool list_cork = false;
+    bool corked_now = false, list_cork = false;
     {
       std::lock_guard<std::mutex> g(mu_);
       if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
@@ -164,14 +164,18 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
         outq_.push_back(copy_from(0));
         queued_ += total;
         corked_ = true;
+        corked_now = true;
         list_cork = !cork_listed_;
         cork_listed_ = true;
       } else {
         sending_ = true;
       }
     }
-    if (list_cork) {
-      t_->add_corked(shared_from_this());
+    if (corked_now) {
+      // Held; still listed from an earlier cork (a post without kWrMore sent
+      // that one, and flush() has not run since) or listed now. Either way
+      // we do not hold the sending role: never fall through to drain().
+      if (list_cork) t_->add_corked(shared_from_this());
       return count;
     }
     if (!corked_.load(std::memory_order_relaxed)) break;
