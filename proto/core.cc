@@ -1936,7 +1936,13 @@ void Core::match_recv(Request* req, ReqId id) {
   }
   req->peer.store(u.src);
   MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id, 0, 0};
-  if (place) offer_placement(req, u.src, u.len, &pull);
+  if (place) {
+    offer_placement(req, u.src, u.len, &pull);
+    // Publish the registration to whichever thread completes the receive
+    // (the answer may come through another process's shared memory, an edge
+    // TSan cannot see); an RMW, so a concurrent peer-down claim is kept.
+    req->word.fetch_or(0, std::memory_order_release);
+  }
   send_pull(req, u.src, pull);
 }
 
