@@ -1,6 +1,7 @@
 #include "proto/core.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -338,15 +339,24 @@ void Core::progress_loop() {
   // thread on a 2-core machine hurts everyone. Then sleep: an idle engine
   // costs no CPU.
   const uint64_t spin_ns = config_.engine.progress_spin_us * 1000ull;
-  const timespec park = {0,
-                         static_cast<long>(std::max<uint32_t>(config_.engine.spin_us, 10)) * 1000L};
-  uint64_t spin_until = 0;
+  // Parked while callers spin: first for one spin budget, then, while they
+  // keep spinning (a ping-pong: they poll for everyone), twice as long each
+  // time up to kMaxParkNs. Every wake-up of a parked thread takes a core
+  // from a spinner on a 2-core machine; a caller that stops spinning to
+  // sleep unparks us through wake_fd_, one that just finishes does not, so
+  // the bound is how long peers' requests may wait for an idle engine.
+  const uint64_t base_park_ns = std::max<uint64_t>(config_.engine.spin_us, 10) * 1000ull;
+  uint64_t park_ns = base_park_ns;
+  uint64_t spin_until = 0, yield_at = 0;
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
     bool did = progress();
     uint64_t now = now_ns();
     int hb = membership_.heartbeat(now);
-    if (served_.load(std::memory_order_relaxed) != served_before) spin_until = now + spin_ns;
+    if (served_.load(std::memory_order_relaxed) != served_before) {
+      spin_until = now + spin_ns;
+      yield_at = now + kSpinYieldNs;
+    }
     if (did) {
       // Under sustained load, still look at the manager socket each pass.
       epoll_event ev[4];
@@ -360,14 +370,25 @@ void Core::progress_loop() {
       // and sleeps wakes us through wake_fd_.
       parked_.store(true, std::memory_order_seq_cst);
       if (spinners_.load(std::memory_order_seq_cst) > 0) {
+        uint64_t ns = std::min<uint64_t>(park_ns, uint64_t{static_cast<uint32_t>(hb)} * 1000000ull);
+        const timespec park = {static_cast<time_t>(ns / 1000000000ull),
+                               static_cast<long>(ns % 1000000000ull)};
         epoll_event evs[4];
         on_events(evs, epoll_pwait2(park_ep, evs, 4, &park, nullptr));
       }
       parked_.store(false, std::memory_order_relaxed);
+      park_ns = spinners_.load(std::memory_order_relaxed) > 0 ? std::min(park_ns * 2, kMaxParkNs)
+                                                              : base_park_ns;
       continue;
     }
+    park_ns = base_park_ns;
     if (now < spin_until) {
-      cpu_relax();
+      if (now >= yield_at) {
+        sched_yield();  // as a waiter does (wait_impl): a thread on this core may be the peer
+        yield_at = now + kSpinYieldNs;
+      } else {
+        cpu_relax();
+      }
       continue;
     }
     epoll_event evs[4];
@@ -803,11 +824,21 @@ Status Core::wait_credits(uint32_t seen, Deadline d) {
 Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
-  uint64_t spin_until = now_ns() + config_.engine.spin_us * 1000ull;
+  const uint64_t start = now_ns();
+  uint64_t spin_until = start + config_.engine.spin_us * 1000ull;
+  uint64_t yield_at = start + kSpinYieldNs;
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; (r->word.load(std::memory_order_acquire) & 0xff) != kStDone; ++i) {
     if (!progress()) cpu_relax();
-    if (i % 8 == 0 && now_ns() >= spin_until) break;  // the clock is not free either
+    if (i % 8 != 0) continue;  // the clock is not free either
+    uint64_t now = now_ns();
+    if (now >= spin_until) break;
+    if (now >= yield_at) {
+      // A spin this long means the other side is slow, often because it
+      // shares this core (a CPU hog took the other one): let it run.
+      sched_yield();
+      yield_at = now + kSpinYieldNs;
+    }
   }
   end_spin((r->word.load(std::memory_order_acquire) & 0xff) != kStDone);
   while ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {

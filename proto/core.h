@@ -362,7 +362,9 @@ class Core {
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
   static constexpr int kMaxBatchesPerPass = 16;
-  static constexpr int32_t kRpcCorkDepth = 2;  // outstanding calls before rpc_async corks
+  static constexpr uint64_t kSpinYieldNs = 4000;   // a waiter yields its core this often
+  static constexpr uint64_t kMaxParkNs = 1000000;  // progress thread's longest park (1 ms)
+  static constexpr int32_t kRpcCorkDepth = 2;      // outstanding calls before rpc_async corks
   static constexpr uint64_t kMaxPassNs = 2000000;
   std::atomic<std::thread::id> holder_{};
   bool more_in_batch_ = false;
