@@ -1190,6 +1190,42 @@ TEST_P(TransportConformance, BackPressureShortCountThenRecovers) {
   }
 }
 
+// kWrMore holds a message until a post without it or flush(); every
+// sequence delivers each message once, in order. (tcp once sent a message
+// posted with kWrMore again and again, until its socket was full, when an
+// earlier kWrMore message had gone out with a plain post but flush() had not
+// run yet.)
+TEST_P(TransportConformance, MoreFlagSequencesDeliverEachMessageOnce) {
+  const uint8_t kMore = kWrMore, kNone = 0;
+  const std::vector<std::vector<uint8_t>> sequences = {
+      {kMore, kNone, kMore},
+      {kMore, kNone, kMore, kMore, kNone},
+      {kMore, kMore, kNone, kMore},
+      {kNone, kMore, kNone, kMore},
+  };
+  uint64_t seq = 0;
+  for (const auto& flags : sequences) {
+    for (bool flush_between : {false, true}) {
+      b_->rx.clear();
+      const uint64_t first = seq;
+      for (uint8_t f : flags) {
+        auto msg = pattern(100, seq++);
+        WorkRequest wr = send_wr(0, msg.data(), msg.size());
+        wr.flags = f;
+        ASSERT_TRUE(post_one(ab_.get(), wr).is_ok());
+        if (flush_between) a_->t->flush();
+      }
+      a_->t->flush();
+      ASSERT_TRUE(pump_until([&] { return b_->rx.size() >= flags.size(); }));
+      for (int i = 0; i < 20; ++i) pump_once();  // nothing more may come
+      ASSERT_EQ(b_->rx.size(), flags.size());
+      for (size_t i = 0; i < flags.size(); ++i) {
+        EXPECT_EQ(b_->rx[i].data, pattern(100, first + i)) << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformance,
     ::testing::Values(TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
