@@ -26,8 +26,9 @@ enum class FrameKind : uint8_t {
   kData = 2,     // a proto message
   kDataImm = 3,  // a proto message with a 32-bit immediate
   kControl = 4,  // node <-> ltier-manager control message
+  kWrite = 5,    // one-sided write into registered memory: WriteDesc + the bytes
 };
-inline constexpr uint8_t kMaxFrameKind = 4;
+inline constexpr uint8_t kMaxFrameKind = 5;
 
 /// The header in front of every frame on a stream transport.
 struct FrameHeader {
@@ -39,6 +40,15 @@ struct FrameHeader {
   uint32_t reserved;  // must be zero (room for flags in version 2)
 };
 static_assert(sizeof(FrameHeader) == 16);
+
+/// The payload of a kWrite frame starts with this descriptor; the bytes to
+/// place follow it, so FrameHeader::length is sizeof(WriteDesc) + their
+/// count. The frame header's version covers it.
+struct WriteDesc {
+  uint64_t addr;  // the owner's virtual address of the first byte to write
+  uint64_t rkey;  // the owner's registration (transport register_memory())
+};
+static_assert(sizeof(WriteDesc) == 16);
 
 inline FrameHeader make_frame(FrameKind kind, uint32_t length, uint32_t imm = 0) {
   return FrameHeader{kFrameMagic, kWireVersion, static_cast<uint8_t>(kind), length, imm, 0};

@@ -26,11 +26,17 @@ struct Caps {  // read once per peer; values the device granted
   bool atomics64 = false;
   bool needs_registration = false;
   /// kWrite may target memory the peer registered with register_memory():
-  /// `remote.addr` is then the owner's virtual address and `remote.rkey` the
-  /// rkey register_memory returned. The written bytes are in place before any
-  /// message posted later on the same endpoint is delivered to the owner
-  /// (shm: process_vm_writev; tcp: a write frame received straight into the
-  /// memory; verbs: RDMA WRITE to an MR). Used for single-copy rendezvous.
+  /// RemoteRef::addr is then the owner's virtual address and RemoteRef::rkey
+  /// the rkey register_memory returned. The written bytes are in place before
+  /// any message posted later on the same endpoint is delivered to the owner.
+  /// Used for single-copy rendezvous. How:
+  ///  - shm: process_vm_writev at post; a refusal fails the post (kPerm, or
+  ///    kOutOfBounds where nothing is mapped), the connection stays.
+  ///  - tcp: a kWrite frame the owner receives straight into the memory. The
+  ///    owner checks rkey, kRemoteWrite and bounds when it arrives; a write it
+  ///    refuses writes nothing and breaks the connection (kPeerLost at both
+  ///    ends), like an RDMA remote access error.
+  ///  - verbs (later): RDMA WRITE to an MR.
   bool placement = false;
   uint32_t max_inline = 0;
   uint32_t max_msg = 0;  // largest message payload (sum of the sges) a post accepts
@@ -52,9 +58,11 @@ struct Sge {
 ///    alloc_memory(), and `addr` is a byte OFFSET into that region (0 is its
 ///    first byte), not a pointer. [addr, addr + len) must lie inside it.
 ///  - verbs (later): `addr` is the owner's virtual address, `rkey` its MR key.
-///  - placement (Caps::placement, kWrite only): `rkey` from the owner's
-///    register_memory() of ordinary memory and `addr` the owner's virtual
-///    address inside that registration.
+///  - placement (Caps::placement; kWrite, on shm also kRead): `rkey` from the
+///    owner's register_memory() of ordinary memory and `addr` the owner's
+///    VIRTUAL ADDRESS inside that registration; [addr, addr + len) must lie
+///    inside it. tcp: the owner checks that when the write arrives (a refusal
+///    breaks the connection); shm: the kernel refuses only unmapped memory.
 struct RemoteRef {
   uint64_t addr = 0;
   uint64_t rkey = 0;
@@ -79,6 +87,10 @@ inline constexpr int kMaxSge = 2;
 ///    seen after the written bytes (verbs WRITE_WITH_IMM).
 ///  - kWrite: the sges are written to `remote`; kRead: `remote` is read into
 ///    the sges (they are destinations; sum of their lengths is the size).
+///    With Caps::placement but not one_sided (tcp), kWrite is the only
+///    one-sided op: it is complete once posted (the sges may be reused, a
+///    signaled one reports kSendDone), produces no completion at the owner,
+///    and its bytes are in place before later messages on the endpoint.
 ///  - kFetchAdd (operand) and kCmpSwap (compare, operand): on the 8-byte
 ///    aligned word at `remote`; the old value is written to sge[0] (len >= 8).
 struct WorkRequest {
@@ -157,9 +169,19 @@ class Transport {
   /// An endpoint to `peer`, reusing an existing connection in either
   /// direction. Thread-safe. kPeerDown, kTimedOut on failure.
   virtual Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) = 0;
+  /// Makes `mem` known to the transport with rights `a`. With
+  /// Caps::placement, peers may kWrite into it (if `a` has kRemoteWrite)
+  /// through the returned rkey until deregister_memory (tcp: a fresh nonzero
+  /// rkey per registration, never reused; shm: an rkey naming only the
+  /// rights). The caller keeps `mem` alive until then. Thread-safe.
   virtual Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) = 0;
-  /// Releases a registration from register_memory (the MemRegion it returned,
-  /// unchanged); a placement write that arrives for it afterwards is refused.
+  /// Releases a registration from register_memory (the MemRegion it
+  /// returned, unchanged); a placement write that arrives for it afterwards
+  /// is refused. tcp: once it returns, no byte of the region is written (the
+  /// rest of a write being placed is refused too). The default does nothing:
+  /// shm keeps no registration state, so its owner must not reuse memory a
+  /// peer may still write (proto's kStPlacing receives). Thread-safe; not to
+  /// be called from inside poll().
   virtual void deregister_memory(const MemRegion& r) { (void)r; }
   /// `len` bytes (rounded up to pages), zero-filled, that peers can reach
   /// with one-sided ops when the transport has Caps::one_sided: on shm this

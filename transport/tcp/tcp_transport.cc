@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
+#include <thread>
 
 #include "common/log.h"
 #include "common/wire.h"
@@ -19,6 +21,7 @@ constexpr size_t kInitialRx = 64 * 1024;
 constexpr size_t kMaxPostBatch = 16;
 constexpr int kMaxIov = 64;
 constexpr size_t kHdr = sizeof(wire::FrameHeader);
+constexpr size_t kDesc = sizeof(wire::WriteDesc);
 constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
 }  // namespace
 
@@ -49,6 +52,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool in_ready_ = false;
   bool pinned_ = false;
   bool closed_ = false;
+  // The kWrite being placed straight from the socket: place_left_ bytes to
+  // go at place_at_, inside place_reg_ (held so that its revoked flag stays
+  // readable; the memory itself is guarded by Registration::enter).
+  std::shared_ptr<Registration> place_reg_;
+  std::byte* place_at_ = nullptr;
+  size_t place_left_ = 0;
   // Receive buffer: not zero-filled, so untouched capacity costs no page
   // faults; grows to the largest frame seen.
   std::unique_ptr<std::byte[]> rx_;
@@ -97,13 +106,14 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
   if (wrs.empty()) return size_t{0};
   wire::FrameHeader hdrs[kMaxPostBatch];
-  iovec iov[kMaxPostBatch * (1 + kMaxSge)];
+  wire::WriteDesc descs[kMaxPostBatch];
+  iovec iov[kMaxPostBatch * (2 + kMaxSge)];
   int niov = 0;
   size_t count = 0, total = 0;
   bool more = true;
   for (const WorkRequest& wr : wrs) {
     if (count == kMaxPostBatch) break;
-    if (wr.op != Op::kSend && wr.op != Op::kWriteImm) {
+    if (wr.op != Op::kSend && wr.op != Op::kWriteImm && wr.op != Op::kWrite) {
       if (count == 0) return Code::kUnsupported;
       break;
     }
@@ -113,14 +123,25 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
     }
     size_t len = 0;
     for (int i = 0; i < wr.num_sge; ++i) len += wr.sge[i].len;
-    if (len > t_->caps_.max_msg) {
+    // A kWrite is no message: the owner buffers none of it, so only the
+    // frame's length field and the owner's registration bound it.
+    if (wr.op == Op::kWrite ? len > UINT32_MAX - kDesc : len > t_->caps_.max_msg) {
       if (count == 0) return Code::kInvalidArg;
       break;
     }
-    hdrs[count] =
-        wire::make_frame(wr.op == Op::kSend ? wire::FrameKind::kData : wire::FrameKind::kDataImm,
-                         static_cast<uint32_t>(len), wr.op == Op::kSend ? 0 : wr.imm);
-    iov[niov++] = {&hdrs[count], kHdr};
+    if (wr.op == Op::kWrite) {
+      // Header, descriptor, then the bytes; the receiver places them.
+      hdrs[count] = wire::make_frame(wire::FrameKind::kWrite, static_cast<uint32_t>(kDesc + len));
+      descs[count] = wire::WriteDesc{wr.remote.addr, wr.remote.rkey};
+      iov[niov++] = {&hdrs[count], kHdr};
+      iov[niov++] = {&descs[count], kDesc};
+      total += kDesc;
+    } else {
+      hdrs[count] =
+          wire::make_frame(wr.op == Op::kSend ? wire::FrameKind::kData : wire::FrameKind::kDataImm,
+                           static_cast<uint32_t>(len), wr.op == Op::kSend ? 0 : wr.imm);
+      iov[niov++] = {&hdrs[count], kHdr};
+    }
     for (int i = 0; i < wr.num_sge; ++i) {
       if (wr.sge[i].len == 0) continue;
       iov[niov++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
@@ -335,9 +356,14 @@ TcpTransport::TcpTransport(const TcpConfig& config) : config_(config) {
   caps_.write_imm = true;  // carried as a frame field
   caps_.atomics64 = false;
   caps_.needs_registration = false;
+  caps_.placement = true;  // kWrite into register_memory() regions
   caps_.max_inline = 0;
   caps_.max_msg = config.max_msg_bytes;
   caps_.max_batch = kMaxPostBatch;
+  // A random high half keeps an rkey of an earlier engine on this port (a
+  // peer's stale handle) from naming one of ours.
+  std::random_device rd;
+  next_rkey_ = (static_cast<uint64_t>(rd()) << 32) | 1;
 }
 
 TcpTransport::~TcpTransport() {
@@ -427,8 +453,72 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
   return std::unique_ptr<Endpoint>(new TcpEndpoint(conn));
 }
 
-Result<MemRegion> TcpTransport::register_memory(std::span<std::byte> mem, Access) {
-  return MemRegion{mem.data(), mem.size(), 0, 0};
+Result<MemRegion> TcpTransport::register_memory(std::span<std::byte> mem, Access a) {
+  auto r = std::make_shared<Registration>();
+  r->addr = mem.data();
+  r->len = mem.size();
+  r->access = a;
+  uint64_t rkey;
+  {
+    std::lock_guard<std::mutex> g(reg_mu_);
+    rkey = next_rkey_++;
+    if (rkey == 0) rkey = next_rkey_++;  // after 2^64 registrations
+    regs_.emplace(rkey, std::move(r));
+  }
+  return MemRegion{mem.data(), mem.size(), 0, rkey};
+}
+
+void TcpTransport::deregister_memory(const MemRegion& mr) {
+  std::shared_ptr<Registration> r;
+  {
+    std::lock_guard<std::mutex> g(reg_mu_);
+    auto it = regs_.find(mr.rkey);
+    if (it == regs_.end() || it->second->addr != mr.addr) return;
+    r = std::move(it->second);
+    regs_.erase(it);
+  }
+  // A write being placed into it stops at its next store (and breaks its
+  // connection). A store in progress is one recv() of at most kMaxRecv bytes
+  // already in the socket, or a memcpy: wait it out.
+  r->revoked.store(true, std::memory_order_seq_cst);
+  while (r->busy.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+}
+
+std::shared_ptr<Registration> TcpTransport::writable(const wire::WriteDesc& d, size_t len,
+                                                     const char** why) {
+  std::shared_ptr<Registration> r;
+  {
+    std::lock_guard<std::mutex> g(reg_mu_);
+    auto it = regs_.find(d.rkey);
+    if (it != regs_.end()) r = it->second;
+  }
+  if (!r) {
+    *why = "unknown rkey";
+    return nullptr;
+  }
+  if (!has_access(r->access, Access::kRemoteWrite)) {
+    *why = "region not writable";
+    return nullptr;
+  }
+  // [addr, addr + len) inside [base, base + r->len), without overflow.
+  const uint64_t base = reinterpret_cast<uintptr_t>(r->addr);
+  if (d.addr < base || d.addr - base > r->len || len > r->len - (d.addr - base)) {
+    *why = "out of bounds";
+    return nullptr;
+  }
+  return r;
+}
+
+void TcpTransport::refuse_write(Conn* c, std::span<Completion> out, size_t* n,
+                                const wire::WriteDesc& d, size_t len, const char* why) {
+  refused_writes_.fetch_add(1, std::memory_order_relaxed);
+  if (!warned_refused_) {
+    warned_refused_ = true;
+    LT_WARN("tcp: refused a write from node %u (rkey %#llx, addr %#llx, %zu bytes): %s",
+            c->peer_.load(), static_cast<unsigned long long>(d.rkey),
+            static_cast<unsigned long long>(d.addr), len, why);
+  }
+  close_conn(c, out, n, why);
 }
 
 void TcpTransport::accept_all() {
@@ -477,6 +567,8 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
   epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd_.get(), nullptr);
   c->mark_dead();
   c->in_ready_ = false;
+  c->place_reg_.reset();
+  c->place_left_ = 0;
   bool was_peers_conn = false;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -512,13 +604,51 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
 bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
   size_t read_now = 0;
   for (;;) {
+    if (c->place_left_ > 0) {
+      // The rest of a kWrite: straight from the socket into its target,
+      // within the same bounds as reads into rx_.
+      if (read_now >= kMaxReadPerPoll) return false;
+      Registration* reg = c->place_reg_.get();
+      if (!reg->enter()) {
+        wire::WriteDesc d{reinterpret_cast<uintptr_t>(c->place_at_), 0};
+        refuse_write(c, out, n, d, c->place_left_, "region deregistered during the write");
+        return true;
+      }
+      ssize_t r = ::recv(c->fd_.get(), c->place_at_, std::min(c->place_left_, kMaxRecv), 0);
+      int err = errno;
+      reg->leave();
+      if (r > 0) {
+        c->place_at_ += r;
+        c->place_left_ -= static_cast<size_t>(r);
+        read_now += static_cast<size_t>(r);
+        if (c->place_left_ == 0) c->place_reg_.reset();
+        continue;
+      }
+      if (r == 0) {
+        close_conn(c, out, n, "closed by peer");
+        return true;
+      }
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) {
+        c->in_ready_ = false;
+        return true;
+      }
+      close_conn(c, out, n, strerror(err));
+      return true;
+    }
     size_t need = kHdr;
     for (;;) {
       size_t avail = c->rx_end_ - c->rx_begin_;
       auto bytes = std::span<const std::byte>(c->rx_.get() + c->rx_begin_, avail);
       wire::FrameHeader h;
-      Status s = wire::decode_frame_header(bytes, config_.max_msg_bytes, &h);
+      // Any length for a kWrite (it is not buffered: its registration bounds
+      // it); max_msg for the others.
+      Status s = wire::decode_frame_header(bytes, UINT32_MAX, &h);
       if (s.code() == Code::kNoResource) break;
+      if (s.is_ok() && h.kind != static_cast<uint8_t>(wire::FrameKind::kWrite) &&
+          h.length > config_.max_msg_bytes) {
+        s = Code::kMalformed;
+      }
       if (!s.is_ok()) {
         malformed_.fetch_add(1, std::memory_order_relaxed);
         close_conn(c, out, n, "malformed frame header");
@@ -532,10 +662,43 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
         close_conn(c, out, n, "bad or missing hello");
         return true;
       }
+      auto kind = static_cast<wire::FrameKind>(h.kind);
+      if (kind == wire::FrameKind::kWrite) {  // after the hello (checked above)
+        // Only the descriptor is buffered; the bytes go to the target.
+        if (h.length < kDesc) {
+          refuse_write(c, out, n, wire::WriteDesc{}, h.length, "shorter than its descriptor");
+          return true;
+        }
+        need = kHdr + kDesc;
+        if (avail < need) break;
+        wire::WriteDesc d;
+        std::memcpy(&d, bytes.data() + kHdr, kDesc);
+        const size_t len = h.length - kDesc;
+        const char* why = nullptr;
+        std::shared_ptr<Registration> reg = writable(d, len, &why);
+        if (!reg || !reg->enter()) {
+          refuse_write(c, out, n, d, len, reg ? "region deregistered" : why);
+          return true;
+        }
+        // What the last recv() already put into rx_ is copied; the rest is
+        // received in place.
+        auto* target = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(d.addr));
+        const size_t have = std::min(avail - need, len);
+        if (have > 0) std::memcpy(target, bytes.data() + need, have);
+        reg->leave();
+        c->rx_begin_ += need + have;
+        need = kHdr;
+        if (have < len) {
+          c->place_reg_ = std::move(reg);
+          c->place_at_ = target + have;
+          c->place_left_ = len - have;
+          break;  // rx_ is empty now
+        }
+        continue;
+      }
       need = kHdr + h.length;
       if (avail < need) break;
       auto body = bytes.subspan(kHdr, h.length);
-      auto kind = static_cast<wire::FrameKind>(h.kind);
       if (!c->hello_done_ || kind == wire::FrameKind::kHello) {
         if (c->hello_done_ || kind != wire::FrameKind::kHello || !handle_hello(c, body)) {
           malformed_.fetch_add(1, std::memory_order_relaxed);
@@ -566,8 +729,9 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
       c->rx_begin_ += need;
       need = kHdr;
     }
-    // Make room for the rest of the current frame.
     if (c->rx_begin_ == c->rx_end_ && !c->pinned_) c->rx_begin_ = c->rx_end_ = 0;
+    if (c->place_left_ > 0) continue;
+    // Make room for the rest of the current frame.
     if (c->rx_cap_ - c->rx_begin_ < need || c->rx_end_ == c->rx_cap_) {
       if (c->pinned_) return false;  // buffers lent out; come back after release_rx
       size_t live = c->rx_end_ - c->rx_begin_;

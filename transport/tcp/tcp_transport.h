@@ -4,6 +4,11 @@
 // with one sendmsg per post; whatever the kernel does not take is copied into
 // the connection's backlog and flushed on EPOLLOUT, so a post never blocks and
 // the caller's buffers are free when it returns.
+//
+// kWrite (Caps::placement): a kWrite frame carries a wire::WriteDesc naming
+// memory the receiver registered with register_memory(); the receiver checks
+// it and recv()s the bytes straight into that memory, never through the rx
+// buffer beyond what one recv() had already read there.
 #pragma once
 
 #include <sys/uio.h>
@@ -19,6 +24,7 @@
 #include "common/config.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "common/wire.h"
 #include "transport/transport.h"
 
 namespace lt::transport::tcp {
@@ -33,6 +39,29 @@ static_assert(sizeof(HelloBody) == 16);
 
 class Conn;
 
+/// A region from register_memory(), looked up by rkey when a kWrite frame
+/// arrives. addr, len and access never change. The poller brackets every
+/// store into the region with enter()/leave(); deregister_memory() revokes
+/// the region, then waits until no store is in progress, so once it returns
+/// no byte of the region is written again (the rest of a write is refused).
+struct Registration {
+  std::byte* addr = nullptr;
+  size_t len = 0;
+  Access access = Access::kLocal;
+  std::atomic<uint32_t> busy{0};     // stores in progress (the poller's)
+  std::atomic<bool> revoked{false};  // deregistered
+
+  // seq_cst on both sides: either the poller sees `revoked`, or
+  // deregister_memory sees `busy` and waits for leave().
+  bool enter() {
+    busy.fetch_add(1, std::memory_order_seq_cst);
+    if (!revoked.load(std::memory_order_seq_cst)) return true;
+    leave();
+    return false;
+  }
+  void leave() { busy.fetch_sub(1, std::memory_order_release); }
+};
+
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(const TcpConfig& config);
@@ -45,12 +74,15 @@ class TcpTransport final : public Transport {
   void set_identity(NodeId self, uint64_t cluster_token) override;
   Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) override;
   Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) override;
+  void deregister_memory(const MemRegion& r) override;
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
   void flush() override;
 
   uint64_t malformed_frames() const { return malformed_.load(std::memory_order_relaxed); }
+  /// kWrite frames refused (bad rkey, rights, bounds or length); each closed its connection.
+  uint64_t refused_writes() const { return refused_writes_.load(std::memory_order_relaxed); }
 
  private:
   friend class Conn;
@@ -59,6 +91,11 @@ class TcpTransport final : public Transport {
   bool read_conn(Conn* c, std::span<Completion> out, size_t* n);
   void close_conn(Conn* c, std::span<Completion> out, size_t* n, const char* why);
   bool handle_hello(Conn* c, std::span<const std::byte> body);
+  // The registration a write of `len` bytes at d.addr may go into, or null
+  // (and *why) if it must be refused.
+  std::shared_ptr<Registration> writable(const wire::WriteDesc& d, size_t len, const char** why);
+  [[gnu::cold]] void refuse_write(Conn* c, std::span<Completion> out, size_t* n,
+                                  const wire::WriteDesc& d, size_t len, const char* why);
   Status add_to_epoll(Conn* c);
 
   TcpConfig config_;
@@ -91,6 +128,13 @@ class TcpTransport final : public Transport {
   std::vector<std::shared_ptr<Conn>> corked_;
   std::vector<std::shared_ptr<Conn>> flushing_;  // flush() only
   std::atomic<bool> has_corked_{false};
+
+  // Registrations, by rkey. Short sections: lookups copy the shared_ptr out.
+  std::mutex reg_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Registration>> regs_;
+  uint64_t next_rkey_;  // random high half, then counts: an rkey is never reused
+  std::atomic<uint64_t> refused_writes_{0};
+  bool warned_refused_ = false;  // poller-only: the first refusal is a warning
 
   std::mutex done_mu_;  // signaled sends, reported by poll()
   std::deque<Completion> send_done_;

@@ -178,6 +178,33 @@ struct Received {
   std::vector<std::byte> data;
 };
 
+// Memory of one side that peers kWrite into (Caps::placement): `len` bytes at
+// `at`. The registration also covers kGuard bytes on each side of the target
+// (in bounds, but no write aims there), and kGuard more bytes on each side lie
+// outside it; all of them start as kGuardByte.
+constexpr size_t kGuard = 64;
+constexpr std::byte kGuardByte{0xa5};
+struct Side;
+struct Target {
+  Side* owner = nullptr;
+  std::vector<std::byte> buf;
+  std::byte* at = nullptr;
+  size_t len = 0;
+  MemRegion mr;
+  bool registered = false;
+  std::byte* reg_begin() { return buf.data() + kGuard; }
+  std::byte* reg_end() { return at + len + kGuard; }
+};
+
+// Index (into buf) of the first guard byte that is not kGuardByte, or SIZE_MAX.
+size_t check_guards(const Target& t) {
+  size_t after = 2 * kGuard + t.len;
+  for (size_t i = 0; i < t.buf.size(); ++i) {
+    if ((i < 2 * kGuard || i >= after) && t.buf[i] != kGuardByte) return i;
+  }
+  return SIZE_MAX;
+}
+
 // One engine's transport plus what its polls produced.
 struct Side {
   NodeId node = kNoNode;
@@ -193,6 +220,9 @@ struct Side {
 class TransportHarness : public ::testing::Test {
  protected:
   explicit TransportHarness(Factory make, PeerFn peer = &tcp_peer) : make_(make), peer_(peer) {}
+  ~TransportHarness() override {
+    for (auto& t : targets_) deregister(t.get());
+  }
 
   PeerInfo peer_info(NodeId node, const std::string& address) const { return peer_(node, address); }
 
@@ -221,33 +251,36 @@ class TransportHarness : public ::testing::Test {
   // Polls every live transport once; returns how many completions it saw.
   size_t pump_once() {
     size_t total = 0;
-    for (auto& s : sides_) {
-      if (!s->t) continue;
-      std::array<Completion, 32> cq;
-      size_t n = s->t->poll(cq);
-      for (size_t i = 0; i < n; ++i) {
-        const Completion& c = cq[i];
-        switch (c.kind) {
-          case CqKind::kRecv:
-            if (s->on_rx) {
-              s->on_rx(c);
-            } else {
-              s->rx.push_back(Received{c.peer, c.imm, std::vector<std::byte>(c.rx, c.rx + c.len)});
-            }
-            break;
-          case CqKind::kPeerLost:
-            s->lost.push_back(c.peer);
-            s->lost_status.push_back(c.status);
-            break;
-          case CqKind::kSendDone:
-            s->send_done.push_back(c.wr_id);
-            break;
-        }
-      }
-      s->t->release_rx(std::span<const Completion>(cq.data(), n));
-      total += n;
-    }
+    for (auto& s : sides_) total += pump_side(s.get());
     return total;
+  }
+
+  // Polls one side's transport once; returns how many completions it saw.
+  size_t pump_side(Side* s) {
+    if (!s->t) return 0;
+    std::array<Completion, 32> cq;
+    size_t n = s->t->poll(cq);
+    for (size_t i = 0; i < n; ++i) {
+      const Completion& c = cq[i];
+      switch (c.kind) {
+        case CqKind::kRecv:
+          if (s->on_rx) {
+            s->on_rx(c);
+          } else {
+            s->rx.push_back(Received{c.peer, c.imm, std::vector<std::byte>(c.rx, c.rx + c.len)});
+          }
+          break;
+        case CqKind::kPeerLost:
+          s->lost.push_back(c.peer);
+          s->lost_status.push_back(c.status);
+          break;
+        case CqKind::kSendDone:
+          s->send_done.push_back(c.wr_id);
+          break;
+      }
+    }
+    s->t->release_rx(std::span<const Completion>(cq.data(), n));
+    return n;
   }
 
   // Sleeps until some transport's wait_fd is readable, at most a few ms.
@@ -288,6 +321,47 @@ class TransportHarness : public ::testing::Test {
     return post_all(ep, std::span<const WorkRequest>(&wr, 1));
   }
 
+  // A Target of `len` bytes on `owner`, registered with `a`.
+  Target* register_target(Side* owner, size_t len, Access a = Access::kRemoteWrite) {
+    auto t = std::make_unique<Target>();
+    t->owner = owner;
+    t->buf.assign(len + 4 * kGuard, kGuardByte);
+    t->at = t->buf.data() + 2 * kGuard;
+    t->len = len;
+    auto mr = owner->t->register_memory(std::span<std::byte>(t->reg_begin(), t->reg_end()), a);
+    EXPECT_TRUE(mr.is_ok()) << mr.status().name();
+    if (mr.is_ok()) {
+      t->mr = *mr;
+      t->registered = true;
+    }
+    targets_.push_back(std::move(t));
+    return targets_.back().get();
+  }
+
+  void deregister(Target* t) {
+    if (t->registered && t->owner->t) t->owner->t->deregister_memory(t->mr);
+    t->registered = false;
+  }
+
+  // A kWrite of [src, src + len) to `dst` in the memory of `t`, gathered from
+  // `num_sge` sges.
+  static WorkRequest write_wr(const Target& t, uint64_t wr_id, const std::byte* src, size_t len,
+                              const std::byte* dst, int num_sge = 1) {
+    WorkRequest wr = send_wr(wr_id, src, len, num_sge);
+    wr.op = Op::kWrite;
+    wr.remote = RemoteRef{reinterpret_cast<uintptr_t>(dst), t.mr.rkey};
+    return wr;
+  }
+
+  bool has_done(uint64_t wr_id) const {
+    for (auto& s : sides_) {
+      if (std::find(s->send_done.begin(), s->send_done.end(), wr_id) != s->send_done.end()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   static bool has(const std::vector<NodeId>& v, NodeId n) {
     return std::find(v.begin(), v.end(), n) != v.end();
   }
@@ -295,6 +369,7 @@ class TransportHarness : public ::testing::Test {
   Factory make_;
   PeerFn peer_;
   std::vector<std::unique_ptr<Side>> sides_;
+  std::vector<std::unique_ptr<Target>> targets_;
 };
 
 class TransportConformance : public TransportHarness,
@@ -517,7 +592,9 @@ TEST_P(TransportConformance, ConnectAgainReusesConnection) {
 
 TEST_P(TransportConformance, UnsupportedOpsAreRefused) {
   std::vector<Op> ops;
-  if (!caps().one_sided) ops.insert(ops.end(), {Op::kRead, Op::kWrite});
+  ops.reserve(4);  // (GCC 12 warns about the growth of a vector of bytes)
+  if (!caps().one_sided) ops.push_back(Op::kRead);
+  if (!caps().one_sided && !caps().placement) ops.push_back(Op::kWrite);
   if (!caps().atomics64) ops.insert(ops.end(), {Op::kFetchAdd, Op::kCmpSwap});
   if (ops.empty()) GTEST_SKIP() << GetParam().name << " supports every op";
   std::byte buf[8] = {};
@@ -1226,6 +1303,199 @@ TEST_P(TransportConformance, MoreFlagSequencesDeliverEachMessageOnce) {
   }
 }
 
+// --- Placement: kWrite into memory the peer registered (Caps::placement) ---
+
+TEST_P(TransportConformance, RegisterMemoryGivesFreshRkeys) {
+  if (!caps().placement) GTEST_SKIP() << GetParam().name << " has no placement";
+  std::vector<std::byte> mem(4096);
+  auto one = b_->t->register_memory(mem, Access::kRemoteWrite);
+  auto two = b_->t->register_memory(mem, Access::kRemoteWrite);
+  ASSERT_TRUE(one.is_ok() && two.is_ok());
+  EXPECT_NE(one->rkey, 0u);
+  EXPECT_NE(two->rkey, 0u);
+  EXPECT_NE(one->rkey, two->rkey);
+  b_->t->deregister_memory(*one);
+  auto three = b_->t->register_memory(mem, Access::kRemoteWrite);
+  ASSERT_TRUE(three.is_ok());
+  EXPECT_NE(three->rkey, one->rkey) << "an rkey was reused";
+  b_->t->deregister_memory(*two);
+  b_->t->deregister_memory(*three);
+  b_->t->deregister_memory(*three);  // twice: no effect
+}
+
+// Receive a kWrite of each size, then a kSend on the same endpoint / Expect
+// the bytes in place (and nothing around them touched) when the kSend arrives.
+TEST_P(TransportConformance, PlacedWriteIsInPlaceWhenTheNextSendArrives) {
+  if (!caps().placement) GTEST_SKIP() << GetParam().name << " has no placement";
+  for (size_t len :
+       {size_t{0}, size_t{1}, size_t{4095}, size_t{64} << 10, size_t{1} << 20, size_t{8} << 20}) {
+    SCOPED_TRACE(len);
+    Target* t = register_target(b_, len);
+    auto src = pattern(len, len + 40);
+    const uint64_t seq = len + 1;
+    int got = 0;
+    size_t placed_at = 0, guards_at = 0;
+    uint64_t marker = 0;
+    b_->on_rx = [&](const Completion& c) {
+      if (got++ > 0 || c.len != sizeof(marker)) return;
+      std::memcpy(&marker, c.rx, sizeof(marker));
+      placed_at = check_pattern(t->at, len, len + 40);
+      guards_at = check_guards(*t);
+    };
+    WorkRequest wrs[2] = {write_wr(*t, 0x100 + len, src.data(), len, t->at),
+                          send_wr(2, reinterpret_cast<const std::byte*>(&seq), sizeof(seq))};
+    wrs[0].flags = kWrSignaled;
+    ASSERT_TRUE(post_all(ab_.get(), wrs).is_ok());
+    std::fill(src.begin(), src.end(), std::byte{0xee});  // the post no longer needs it
+    ASSERT_TRUE(pump_until([&] { return got > 0 && has_done(0x100 + len); }));
+    pump_once();
+    EXPECT_EQ(got, 1) << "a write produced a completion at its target";
+    EXPECT_EQ(marker, seq);
+    EXPECT_EQ(placed_at, SIZE_MAX) << "not in place when the next message arrived";
+    EXPECT_EQ(guards_at, SIZE_MAX) << "a byte outside the target changed";
+    EXPECT_TRUE(ab_->alive());
+    b_->on_rx = nullptr;
+    deregister(t);
+  }
+}
+
+// Receive kWrites of varying sizes, each followed by a kSend naming it, in
+// batches, corked or not, from one or two sges / Expect each kSend to find its
+// write's bytes in place. Write i goes to slot i % kSlots: a later write into
+// the same slot cannot be placed before the kSend is handed out, since one
+// poll of the harness returns at most 32 completions, and each write in
+// between is followed by a kSend.
+TEST_P(TransportConformance, PlacedWritesInterleavedWithSendsKeepOrder) {
+  if (!caps().placement) GTEST_SKIP() << GetParam().name << " has no placement";
+  constexpr int kCount = 300;
+  constexpr size_t kMax = 1u << 20;
+  constexpr int kSlots = 40;
+  Target* t = register_target(b_, kSlots * kMax);
+  auto slot = [&](uint64_t i) { return t->at + (i % kSlots) * kMax; };
+  std::mt19937_64 rng(0x51ace);
+  std::vector<size_t> sizes(kCount);
+  for (auto& n : sizes) {
+    uint64_t r = rng();
+    n = r % 13 == 0 ? kMax : r % 5 == 0 ? r % (kMax + 1) : r % 9000;
+  }
+  int got = 0;
+  std::vector<std::string> bad;
+  b_->on_rx = [&](const Completion& c) {
+    uint64_t i = 0;
+    if (c.len == sizeof(i)) std::memcpy(&i, c.rx, sizeof(i));
+    if (c.len != sizeof(i) || i != static_cast<uint64_t>(got)) {
+      bad.push_back("message " + std::to_string(got) + " out of order");
+    } else {
+      size_t at = check_pattern(slot(i), sizes[i], 1000 + i);
+      if (at != SIZE_MAX) {
+        bad.push_back("write " + std::to_string(i) + " not in place at byte " + std::to_string(at));
+      }
+    }
+    ++got;
+  };
+  std::vector<uint64_t> seqs(kCount);
+  for (int i = 0; i < kCount;) {
+    // Up to 4 (write, send) pairs per post.
+    std::vector<WorkRequest> wrs;
+    std::vector<std::vector<std::byte>> keep;
+    int batch = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < batch && i < kCount; ++k, ++i) {
+      keep.push_back(pattern(sizes[i], 1000 + i));
+      seqs[i] = static_cast<uint64_t>(i);
+      wrs.push_back(write_wr(*t, 0, keep.back().data(), sizes[i], slot(i), 1 + i % 2));
+      wrs.push_back(send_wr(0, reinterpret_cast<const std::byte*>(&seqs[i]), sizeof(uint64_t)));
+      if (i % 3 == 0) {
+        wrs[wrs.size() - 2].flags = kWrMore;
+        wrs.back().flags = kWrMore;
+      }
+    }
+    ASSERT_TRUE(post_all(ab_.get(), wrs).is_ok()) << i;
+    if (rng() % 2) a_->t->flush();
+    pump_once();
+  }
+  a_->t->flush();
+  ASSERT_TRUE(pump_until([&] { return got >= kCount; }, Deadline::after_ms(4 * kWaitMs)))
+      << "received " << got << " of " << kCount;
+  for (int i = 0; i < 20; ++i) pump_once();  // nothing more may come
+  EXPECT_EQ(got, kCount);
+  for (size_t k = 0; k < bad.size() && k < 10; ++k) ADD_FAILURE() << bad[k];
+  EXPECT_TRUE(bad.empty()) << bad.size() << " bad";
+  EXPECT_EQ(check_guards(*t), SIZE_MAX);
+  b_->on_rx = nullptr;
+}
+
+// Receive a kWrite the owner must refuse / Expect the connection broken on
+// both sides (kPeerLost; later posts kPeerDown), the kSend after it never
+// delivered, and no byte of the owner's memory changed.
+TEST_P(TransportConformance, RefusedWritesBreakTheConnection) {
+  if (!caps().placement) GTEST_SKIP() << GetParam().name << " has no placement";
+  constexpr size_t kLen = 4096;
+  Target* rw = register_target(b_, kLen);
+  Target* ro = register_target(b_, kLen, Access::kRemoteRead);
+  Target* gone = register_target(b_, kLen);
+  deregister(gone);
+  auto src = pattern(kLen, 50);
+  const std::byte* reg_end = rw->reg_end();  // one past the registration
+  const uintptr_t reg_begin = reinterpret_cast<uintptr_t>(rw->reg_begin());
+  struct Case {
+    const char* what;
+    WorkRequest wr;
+  };
+  WorkRequest unknown = write_wr(*rw, 1, src.data(), 8, rw->at);
+  unknown.remote.rkey = rw->mr.rkey ^ (uint64_t{1} << 40);
+  WorkRequest zero_rkey = write_wr(*rw, 1, src.data(), 8, rw->at);
+  zero_rkey.remote.rkey = 0;
+  WorkRequest huge = write_wr(*rw, 1, src.data(), 64, rw->at);
+  huge.remote.addr = UINT64_MAX - 8;
+  Case cases[] = {
+      {"unknown rkey", unknown},
+      {"rkey 0", zero_rkey},
+      {"deregistered rkey", write_wr(*gone, 1, src.data(), 8, gone->at)},
+      {"no write right", write_wr(*ro, 1, src.data(), 8, ro->at)},
+      {"across the end", write_wr(*rw, 1, src.data(), 64, reg_end - 10)},
+      {"past the end", write_wr(*rw, 1, src.data(), 1, reg_end)},
+      {"before the start", write_wr(*rw, 1, src.data(), 8, rw->reg_begin() - 4)},
+      {"far before the start", write_wr(*rw, 1, src.data(), 8, nullptr)},
+      {"wrapping address", huge},
+      {"zero bytes past the end", write_wr(*rw, 1, src.data(), 0, reg_end + 1)},
+      {"larger than the registration",
+       write_wr(*rw, 1, src.data(), kLen, reinterpret_cast<std::byte*>(reg_begin))},
+  };
+  // The last case would fit if the registration were kLen: it is kLen + 2 * kGuard.
+  cases[std::size(cases) - 1].wr.sge[0].len = kLen + 2 * kGuard + 1;
+  std::vector<std::byte> big(kLen + 2 * kGuard + 1);
+  cases[std::size(cases) - 1].wr.sge[0].addr = big.data();
+  for (Target* t : {rw, ro, gone}) fill_pattern(t->buf.data(), t->buf.size(), 51);
+  std::unique_ptr<Endpoint> ep = std::move(ab_);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    a_->lost.clear();
+    b_->lost.clear();
+    b_->rx.clear();
+    if (!ep || !ep->alive()) ep = connect(a_, b_);
+    ASSERT_NE(ep, nullptr);
+    const uint64_t marker = 7;
+    WorkRequest wrs[2] = {c.wr, send_wr(2, reinterpret_cast<const std::byte*>(&marker), 8)};
+    ASSERT_TRUE(post_all(ep.get(), wrs).is_ok());
+    ASSERT_TRUE(pump_until([&] { return has(a_->lost, 2) && has(b_->lost, 1); }));
+    EXPECT_FALSE(ep->alive());
+    auto r = ep->post(std::span<const WorkRequest>(&wrs[1], 1));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), Code::kPeerDown);
+    EXPECT_TRUE(b_->rx.empty()) << "the message after a refused write was delivered";
+    for (Target* t : {rw, ro, gone}) {
+      EXPECT_EQ(check_pattern(t->buf.data(), t->buf.size(), 51), SIZE_MAX) << "memory changed";
+    }
+  }
+  // A new connection works, and so does the region.
+  ep = connect(a_, b_);
+  ASSERT_NE(ep, nullptr);
+  WorkRequest ok[2] = {write_wr(*rw, 1, src.data(), 8, rw->at), send_wr(2, src.data(), 8)};
+  ASSERT_TRUE(post_all(ep.get(), ok).is_ok());
+  ASSERT_TRUE(pump_until([&] { return !b_->rx.empty(); }));
+  EXPECT_EQ(std::memcmp(rw->at, src.data(), 8), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformance,
     ::testing::Values(TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
@@ -1567,6 +1837,225 @@ TEST_F(TcpBackPressureTest, MustQueueIsNeverRefused) {
   ASSERT_TRUE(pump_until([&] { return next_ >= static_cast<uint64_t>(accepted) + 4; }));
   EXPECT_EQ(next_, static_cast<uint64_t>(accepted) + 4);
   EXPECT_EQ(bad_, 0);
+}
+
+// tcp placement: the per-poll read bound with a write being placed, kWrite
+// frames from a raw socket, and deregistration while a write is placed.
+class TcpPlacementTest : public TcpWireTest {
+ protected:
+  // More than one poll's worth: the tcp poller reads at most 4 MiB (and one
+  // more recv) per connection per poll, placed bytes included.
+  static constexpr size_t kBig = 8u << 20;
+  static constexpr uint64_t kSeed = 61;
+  static constexpr uint64_t kMarker = 0x3a3a3a3a;
+
+  // Posts a kWrite of kBig bytes to t->at, then a kSend of kMarker.
+  void post_big_write(Target* t) {
+    auto src = pattern(kBig, kSeed);
+    WorkRequest wrs[2] = {write_wr(*t, 0, src.data(), kBig, t->at),
+                          send_wr(0, reinterpret_cast<const std::byte*>(&kMarker), 8)};
+    ASSERT_TRUE(post_all(ab_.get(), wrs).is_ok());
+  }
+
+  bool marker_arrived() const {
+    for (auto& r : b_->rx) {
+      if (r.peer == 1 && r.data.size() == 8 && std::memcmp(r.data.data(), &kMarker, 8) == 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Polls node 1 and node 2 only (counting node 2's polls) until t holds the
+  // start of the write but not its end.
+  bool until_partly_placed(Target* t, int* b_polls) {
+    auto head = pattern(8, kSeed);
+    Deadline d = Deadline::after_ms(kWaitMs);
+    while (!d.expired()) {
+      size_t got = pump_side(a_) + pump_side(b_);
+      ++*b_polls;
+      bool started = std::memcmp(t->at, head.data(), 8) == 0;
+      bool ended =
+          std::any_of(t->at + kBig - 8, t->at + kBig, [](std::byte b) { return b != kGuardByte; });
+      if (started && !ended) return true;
+      if (started && ended) return false;
+      if (got == 0) wait_any(d);
+    }
+    return false;
+  }
+
+  // The kWrite frame header and descriptor, encoded by hand: u64 addr, u64 rkey.
+  static std::string write_frame(const void* addr, uint64_t rkey, const std::string& data,
+                                 uint32_t length_delta = 0) {
+    std::string desc;
+    wire::Writer w(&desc);
+    w.u64(reinterpret_cast<uintptr_t>(addr));
+    w.u64(rkey);
+    wire::FrameHeader h = wire::make_frame(
+        wire::FrameKind::kWrite, static_cast<uint32_t>(desc.size() + data.size()) - length_delta);
+    return std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + desc + data;
+  }
+
+  static std::string str(const std::vector<std::byte>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+  }
+};
+
+// Receive an 8 MiB kWrite from node 1 while node 3 sends / Expect node 3's
+// messages delivered by polls that return while the write is still being
+// placed, the write's kSend only after all of it, across several polls.
+TEST_F(TcpPlacementTest, PlacementSpansPollsWhileOthersProgress) {
+  Side* c = add_side(3);
+  ASSERT_NE(c, nullptr);
+  auto cb = connect(c, b_);
+  ASSERT_NE(cb, nullptr);
+  auto x = pattern(100, 62), y = pattern(200, 63);
+  ASSERT_TRUE(post_one(cb.get(), send_wr(0, x.data(), x.size())).is_ok());
+  ASSERT_TRUE(pump_until([&] { return b_->rx.size() == 1; }));  // node 3 is known
+  b_->rx.clear();
+  Target* t = register_target(b_, kBig);
+  post_big_write(t);
+  ASSERT_TRUE(post_one(cb.get(), send_wr(0, x.data(), x.size())).is_ok());
+  int b_polls = 0;
+  ASSERT_TRUE(until_partly_placed(t, &b_polls));
+  EXPECT_FALSE(marker_arrived()) << "a message overtook the write before it";
+  ASSERT_EQ(b_->rx.size(), 1u) << "node 3 waited for node 1's write";
+  EXPECT_EQ(b_->rx[0].peer, 3u);
+  EXPECT_EQ(b_->rx[0].data, x);
+  // One more poll of node 2 serves node 3 again, whatever node 1's write does.
+  ASSERT_TRUE(post_one(cb.get(), send_wr(0, y.data(), y.size())).is_ok());
+  pump_side(b_);
+  ++b_polls;
+  EXPECT_TRUE(std::any_of(b_->rx.begin(), b_->rx.end(), [&](const Received& r) {
+    return r.peer == 3 && r.data == y;
+  })) << "node 3 waited for node 1's write";
+  Deadline d = Deadline::after_ms(kWaitMs);
+  while (!marker_arrived() && !d.expired()) {
+    if (pump_side(a_) + pump_side(b_) == 0 && !marker_arrived()) wait_any(d);
+    ++b_polls;
+  }
+  ASSERT_TRUE(marker_arrived());
+  EXPECT_GE(b_polls, 2);
+  EXPECT_EQ(check_pattern(t->at, kBig, kSeed), SIZE_MAX);
+  EXPECT_EQ(check_guards(*t), SIZE_MAX);
+  EXPECT_TRUE(b_->lost.empty());
+}
+
+// Deregister a region while a write into it is half placed / Expect no byte
+// of it to change afterwards, the connection broken, the kSend after the
+// write never delivered.
+TEST_F(TcpPlacementTest, DeregisterDuringPlacementStopsIt) {
+  Target* t = register_target(b_, kBig);
+  post_big_write(t);
+  int polls = 0;
+  ASSERT_TRUE(until_partly_placed(t, &polls));
+  deregister(t);
+  std::vector<std::byte> snapshot = t->buf;
+  ASSERT_TRUE(pump_until([&] { return has(a_->lost, 2) && has(b_->lost, 1); }));
+  EXPECT_TRUE(t->buf == snapshot) << "bytes were placed after deregister_memory returned";
+  EXPECT_FALSE(marker_arrived());
+  EXPECT_FALSE(ab_->alive());
+}
+
+// The same from another thread while node 2 polls: deregister_memory returns
+// only once no store into the region is in progress (TSan checks the
+// snapshot's reads against the poller's stores). The write may also finish
+// first; either way nothing changes after deregister_memory returns.
+TEST_F(TcpPlacementTest, DeregisterFromAnotherThreadWhilePlacing) {
+  Target* t = register_target(b_, kBig);
+  post_big_write(t);
+  int polls = 0;
+  ASSERT_TRUE(until_partly_placed(t, &polls));
+  std::atomic<bool> done{false};
+  std::vector<std::byte> snapshot;
+  std::thread other([&] {
+    b_->t->deregister_memory(t->mr);
+    snapshot = t->buf;
+    done.store(true, std::memory_order_release);
+  });
+  bool ended = pump_until([&] {
+    return done.load(std::memory_order_acquire) && (marker_arrived() || has(b_->lost, 1));
+  });
+  other.join();
+  t->registered = false;
+  ASSERT_TRUE(ended);
+  EXPECT_TRUE(t->buf == snapshot) << "bytes were placed after deregister_memory returned";
+  if (marker_arrived()) {
+    EXPECT_EQ(check_pattern(t->at, kBig, kSeed), SIZE_MAX);
+  }
+}
+
+// Receive a kWrite frame and a kData frame from a raw socket in 7-byte
+// pieces, then a write larger than one recv() / Expect both placed, and the
+// kData delivered after each.
+TEST_F(TcpPlacementTest, RawWriteFramesInPiecesArePlaced) {
+  Target* t = register_target(b_, 600 * 1024);
+  net::Fd raw = raw_connect();
+  ASSERT_TRUE(raw.valid());
+  auto small = pattern(1000, 64);
+  bool placed = false;
+  b_->on_rx = [&](const Completion&) { placed = check_pattern(t->at + 5, 1000, 64) == SIZE_MAX; };
+  std::string bytes = hello(9, kToken) + write_frame(t->at + 5, t->mr.rkey, str(small)) +
+                      frame(wire::FrameKind::kData, "one");
+  for (size_t i = 0; i < bytes.size(); i += 7) {
+    std::string piece = bytes.substr(i, 7);
+    ASSERT_TRUE(
+        net::write_all(raw.get(), piece.data(), piece.size(), Deadline::after_ms(kWaitMs)).is_ok());
+    pump_once();
+  }
+  ASSERT_TRUE(pump_until([&] { return placed; }));
+  auto large = pattern(t->len, 65);
+  bytes = write_frame(t->at, t->mr.rkey, str(large)) + frame(wire::FrameKind::kData, "two");
+  placed = false;
+  b_->on_rx = [&](const Completion&) { placed = check_pattern(t->at, t->len, 65) == SIZE_MAX; };
+  std::thread writer([&] {
+    EXPECT_TRUE(
+        net::write_all(raw.get(), bytes.data(), bytes.size(), Deadline::after_ms(kWaitMs)).is_ok());
+  });
+  bool ok = pump_until([&] { return placed; });
+  writer.join();
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(check_guards(*t), SIZE_MAX);
+  EXPECT_TRUE(b_->lost.empty());
+}
+
+// Receive malformed kWrite frames after a good hello / Expect that peer lost,
+// nothing placed, other peers served.
+TEST_F(TcpPlacementTest, MalformedWriteFramesLoseThatPeer) {
+  Target* t = register_target(b_, 4096);
+  std::string data(64, 'w');
+  wire::FrameHeader with_imm = wire::make_frame(wire::FrameKind::kWrite, 16);
+  with_imm.imm = 3;
+  struct Case {
+    const char* what;
+    std::string bytes;
+  };
+  Case cases[] = {
+      {"empty write frame", frame(wire::FrameKind::kWrite, "")},
+      {"length below the descriptor", write_frame(t->at, t->mr.rkey, "", 1)},
+      {"imm on a write", std::string(reinterpret_cast<const char*>(&with_imm), sizeof(with_imm)) +
+                             std::string(16, '\0')},
+      // 64 bytes from 8 before the end of the registration.
+      {"out of bounds", write_frame(t->reg_end() - 8, t->mr.rkey, data)},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    b_->lost.clear();
+    b_->rx.clear();
+    net::Fd raw = raw_connect();
+    ASSERT_TRUE(raw.valid());
+    std::string bytes = hello(9, kToken) + frame(wire::FrameKind::kData, "first") + c.bytes +
+                        frame(wire::FrameKind::kData, "never");
+    ASSERT_TRUE(
+        net::write_all(raw.get(), bytes.data(), bytes.size(), Deadline::after_ms(kWaitMs)).is_ok());
+    EXPECT_TRUE(closed_by_peer(raw));
+    ASSERT_TRUE(pump_until([&] { return has(b_->lost, 9); }));
+    ASSERT_EQ(b_->rx.size(), 1u);
+    EXPECT_EQ(b_->rx[0].peer, 9u);
+    EXPECT_EQ(check_guards(*t), SIZE_MAX);
+    EXPECT_TRUE(std::all_of(t->at, t->at + t->len, [](std::byte b) { return b == kGuardByte; }));
+  }
+  expect_node1_still_served();
 }
 
 }  // namespace
