@@ -47,7 +47,8 @@ TEST(FrameHeaderTest, LayoutIsLittleEndian) {
 }
 
 TEST(FrameHeaderTest, ExactHeaderDecodes) {
-  for (FrameKind k : {FrameKind::kHello, FrameKind::kData, FrameKind::kControl}) {
+  for (FrameKind k :
+       {FrameKind::kHello, FrameKind::kData, FrameKind::kControl, FrameKind::kWrite}) {
     FrameHeader out{};
     ASSERT_TRUE(decode(make_frame(k, 123), kMaxLen, &out).is_ok()) << static_cast<int>(k);
     EXPECT_EQ(out.kind, static_cast<uint8_t>(k));
@@ -60,6 +61,18 @@ TEST(FrameHeaderTest, ExactHeaderDecodes) {
   EXPECT_EQ(out.length, 0u);
   // length == max_len is allowed.
   ASSERT_TRUE(decode(make_frame(FrameKind::kData, kMaxLen), kMaxLen, &out).is_ok());
+}
+
+// The kWrite descriptor: u64 addr, u64 rkey, little-endian, right after the header.
+TEST(FrameHeaderTest, WriteDescLayout) {
+  WriteDesc d{0x0807060504030201ull, 0x1817161514131211ull};
+  std::byte b[sizeof(WriteDesc)];
+  std::memcpy(b, &d, sizeof(d));
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(b[i], std::byte(0x01 + i)) << i;
+    EXPECT_EQ(b[8 + i], std::byte(0x11 + i)) << i;
+  }
+  EXPECT_EQ(static_cast<uint8_t>(FrameKind::kWrite), kMaxFrameKind);
 }
 
 TEST(FrameHeaderTest, TrailingBytesAreIgnored) {
