@@ -1305,24 +1305,6 @@ TEST_P(TransportConformance, MoreFlagSequencesDeliverEachMessageOnce) {
 
 // --- Placement: kWrite into memory the peer registered (Caps::placement) ---
 
-TEST_P(TransportConformance, RegisterMemoryGivesFreshRkeys) {
-  if (!caps().placement) GTEST_SKIP() << GetParam().name << " has no placement";
-  std::vector<std::byte> mem(4096);
-  auto one = b_->t->register_memory(mem, Access::kRemoteWrite);
-  auto two = b_->t->register_memory(mem, Access::kRemoteWrite);
-  ASSERT_TRUE(one.is_ok() && two.is_ok());
-  EXPECT_NE(one->rkey, 0u);
-  EXPECT_NE(two->rkey, 0u);
-  EXPECT_NE(one->rkey, two->rkey);
-  b_->t->deregister_memory(*one);
-  auto three = b_->t->register_memory(mem, Access::kRemoteWrite);
-  ASSERT_TRUE(three.is_ok());
-  EXPECT_NE(three->rkey, one->rkey) << "an rkey was reused";
-  b_->t->deregister_memory(*two);
-  b_->t->deregister_memory(*three);
-  b_->t->deregister_memory(*three);  // twice: no effect
-}
-
 // Receive a kWrite of each size, then a kSend on the same endpoint / Expect
 // the bytes in place (and nothing around them touched) when the kSend arrives.
 TEST_P(TransportConformance, PlacedWriteIsInPlaceWhenTheNextSendArrives) {
@@ -1422,78 +1404,6 @@ TEST_P(TransportConformance, PlacedWritesInterleavedWithSendsKeepOrder) {
   EXPECT_TRUE(bad.empty()) << bad.size() << " bad";
   EXPECT_EQ(check_guards(*t), SIZE_MAX);
   b_->on_rx = nullptr;
-}
-
-// Receive a kWrite the owner must refuse / Expect the connection broken on
-// both sides (kPeerLost; later posts kPeerDown), the kSend after it never
-// delivered, and no byte of the owner's memory changed.
-TEST_P(TransportConformance, RefusedWritesBreakTheConnection) {
-  if (!caps().placement) GTEST_SKIP() << GetParam().name << " has no placement";
-  constexpr size_t kLen = 4096;
-  Target* rw = register_target(b_, kLen);
-  Target* ro = register_target(b_, kLen, Access::kRemoteRead);
-  Target* gone = register_target(b_, kLen);
-  deregister(gone);
-  auto src = pattern(kLen, 50);
-  const std::byte* reg_end = rw->reg_end();  // one past the registration
-  const uintptr_t reg_begin = reinterpret_cast<uintptr_t>(rw->reg_begin());
-  struct Case {
-    const char* what;
-    WorkRequest wr;
-  };
-  WorkRequest unknown = write_wr(*rw, 1, src.data(), 8, rw->at);
-  unknown.remote.rkey = rw->mr.rkey ^ (uint64_t{1} << 40);
-  WorkRequest zero_rkey = write_wr(*rw, 1, src.data(), 8, rw->at);
-  zero_rkey.remote.rkey = 0;
-  WorkRequest huge = write_wr(*rw, 1, src.data(), 64, rw->at);
-  huge.remote.addr = UINT64_MAX - 8;
-  Case cases[] = {
-      {"unknown rkey", unknown},
-      {"rkey 0", zero_rkey},
-      {"deregistered rkey", write_wr(*gone, 1, src.data(), 8, gone->at)},
-      {"no write right", write_wr(*ro, 1, src.data(), 8, ro->at)},
-      {"across the end", write_wr(*rw, 1, src.data(), 64, reg_end - 10)},
-      {"past the end", write_wr(*rw, 1, src.data(), 1, reg_end)},
-      {"before the start", write_wr(*rw, 1, src.data(), 8, rw->reg_begin() - 4)},
-      {"far before the start", write_wr(*rw, 1, src.data(), 8, nullptr)},
-      {"wrapping address", huge},
-      {"zero bytes past the end", write_wr(*rw, 1, src.data(), 0, reg_end + 1)},
-      {"larger than the registration",
-       write_wr(*rw, 1, src.data(), kLen, reinterpret_cast<std::byte*>(reg_begin))},
-  };
-  // The last case would fit if the registration were kLen: it is kLen + 2 * kGuard.
-  cases[std::size(cases) - 1].wr.sge[0].len = kLen + 2 * kGuard + 1;
-  std::vector<std::byte> big(kLen + 2 * kGuard + 1);
-  cases[std::size(cases) - 1].wr.sge[0].addr = big.data();
-  for (Target* t : {rw, ro, gone}) fill_pattern(t->buf.data(), t->buf.size(), 51);
-  std::unique_ptr<Endpoint> ep = std::move(ab_);
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.what);
-    a_->lost.clear();
-    b_->lost.clear();
-    b_->rx.clear();
-    if (!ep || !ep->alive()) ep = connect(a_, b_);
-    ASSERT_NE(ep, nullptr);
-    const uint64_t marker = 7;
-    WorkRequest wrs[2] = {c.wr, send_wr(2, reinterpret_cast<const std::byte*>(&marker), 8)};
-    ASSERT_TRUE(post_all(ep.get(), wrs).is_ok());
-    ASSERT_TRUE(pump_until([&] { return has(a_->lost, 2) && has(b_->lost, 1); }));
-    EXPECT_FALSE(ep->alive());
-    auto r = ep->post(std::span<const WorkRequest>(&wrs[1], 1));
-    ASSERT_FALSE(r.is_ok());
-    EXPECT_EQ(r.status().code(), Code::kPeerDown);
-    EXPECT_TRUE(b_->rx.empty()) << "the message after a refused write was delivered";
-    for (Target* t : {rw, ro, gone}) {
-      EXPECT_EQ(check_pattern(t->buf.data(), t->buf.size(), 51), SIZE_MAX) << "memory changed";
-    }
-  }
-  // A new connection works, and so does the region.
-  ep = connect(a_, b_);
-  ASSERT_NE(ep, nullptr);
-  WorkRequest ok[2] = {write_wr(*rw, 1, src.data(), 8, rw->at), send_wr(2, src.data(), 8)};
-  ASSERT_TRUE(post_all(ep.get(), ok).is_ok());
-  ASSERT_TRUE(pump_until([&] { return !b_->rx.empty(); }));
-  EXPECT_EQ(std::memcmp(rw->at, src.data(), 8), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -1900,6 +1810,97 @@ class TcpPlacementTest : public TcpWireTest {
     return std::string(reinterpret_cast<const char*>(v.data()), v.size());
   }
 };
+
+// tcp registrations are a table: each gets its own rkey, never reused (shm's
+// placement rkeys name only the rights).
+TEST_F(TcpPlacementTest, RegisterMemoryGivesFreshRkeys) {
+  std::vector<std::byte> mem(4096);
+  auto one = b_->t->register_memory(mem, Access::kRemoteWrite);
+  auto two = b_->t->register_memory(mem, Access::kRemoteWrite);
+  ASSERT_TRUE(one.is_ok() && two.is_ok());
+  EXPECT_NE(one->rkey, 0u);
+  EXPECT_NE(two->rkey, 0u);
+  EXPECT_NE(one->rkey, two->rkey);
+  b_->t->deregister_memory(*one);
+  auto three = b_->t->register_memory(mem, Access::kRemoteWrite);
+  ASSERT_TRUE(three.is_ok());
+  EXPECT_NE(three->rkey, one->rkey) << "an rkey was reused";
+  b_->t->deregister_memory(*two);
+  b_->t->deregister_memory(*three);
+  b_->t->deregister_memory(*three);  // twice: no effect
+}
+
+// Receive a kWrite the owner must refuse / Expect (tcp: the owner checks,
+// like an RDMA responder; shm refuses at post instead) the connection broken on
+// both sides (kPeerLost; later posts kPeerDown), the kSend after it never
+// delivered, and no byte of the owner's memory changed.
+TEST_F(TcpPlacementTest, RefusedWritesBreakTheConnection) {
+  constexpr size_t kLen = 4096;
+  Target* rw = register_target(b_, kLen);
+  Target* ro = register_target(b_, kLen, Access::kRemoteRead);
+  Target* gone = register_target(b_, kLen);
+  deregister(gone);
+  auto src = pattern(kLen, 50);
+  const std::byte* reg_end = rw->reg_end();  // one past the registration
+  const uintptr_t reg_begin = reinterpret_cast<uintptr_t>(rw->reg_begin());
+  struct Case {
+    const char* what;
+    WorkRequest wr;
+  };
+  WorkRequest unknown = write_wr(*rw, 1, src.data(), 8, rw->at);
+  unknown.remote.rkey = rw->mr.rkey ^ (uint64_t{1} << 40);
+  WorkRequest zero_rkey = write_wr(*rw, 1, src.data(), 8, rw->at);
+  zero_rkey.remote.rkey = 0;
+  WorkRequest huge = write_wr(*rw, 1, src.data(), 64, rw->at);
+  huge.remote.addr = UINT64_MAX - 8;
+  Case cases[] = {
+      {"unknown rkey", unknown},
+      {"rkey 0", zero_rkey},
+      {"deregistered rkey", write_wr(*gone, 1, src.data(), 8, gone->at)},
+      {"no write right", write_wr(*ro, 1, src.data(), 8, ro->at)},
+      {"across the end", write_wr(*rw, 1, src.data(), 64, reg_end - 10)},
+      {"past the end", write_wr(*rw, 1, src.data(), 1, reg_end)},
+      {"before the start", write_wr(*rw, 1, src.data(), 8, rw->reg_begin() - 4)},
+      {"far before the start", write_wr(*rw, 1, src.data(), 8, nullptr)},
+      {"wrapping address", huge},
+      {"zero bytes past the end", write_wr(*rw, 1, src.data(), 0, reg_end + 1)},
+      {"larger than the registration",
+       write_wr(*rw, 1, src.data(), kLen, reinterpret_cast<std::byte*>(reg_begin))},
+  };
+  // The last case would fit if the registration were kLen: it is kLen + 2 * kGuard.
+  cases[std::size(cases) - 1].wr.sge[0].len = kLen + 2 * kGuard + 1;
+  std::vector<std::byte> big(kLen + 2 * kGuard + 1);
+  cases[std::size(cases) - 1].wr.sge[0].addr = big.data();
+  for (Target* t : {rw, ro, gone}) fill_pattern(t->buf.data(), t->buf.size(), 51);
+  std::unique_ptr<Endpoint> ep = std::move(ab_);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    a_->lost.clear();
+    b_->lost.clear();
+    b_->rx.clear();
+    if (!ep || !ep->alive()) ep = connect(a_, b_);
+    ASSERT_NE(ep, nullptr);
+    const uint64_t marker = 7;
+    WorkRequest wrs[2] = {c.wr, send_wr(2, reinterpret_cast<const std::byte*>(&marker), 8)};
+    ASSERT_TRUE(post_all(ep.get(), wrs).is_ok());
+    ASSERT_TRUE(pump_until([&] { return has(a_->lost, 2) && has(b_->lost, 1); }));
+    EXPECT_FALSE(ep->alive());
+    auto r = ep->post(std::span<const WorkRequest>(&wrs[1], 1));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), Code::kPeerDown);
+    EXPECT_TRUE(b_->rx.empty()) << "the message after a refused write was delivered";
+    for (Target* t : {rw, ro, gone}) {
+      EXPECT_EQ(check_pattern(t->buf.data(), t->buf.size(), 51), SIZE_MAX) << "memory changed";
+    }
+  }
+  // A new connection works, and so does the region.
+  ep = connect(a_, b_);
+  ASSERT_NE(ep, nullptr);
+  WorkRequest ok[2] = {write_wr(*rw, 1, src.data(), 8, rw->at), send_wr(2, src.data(), 8)};
+  ASSERT_TRUE(post_all(ep.get(), ok).is_ok());
+  ASSERT_TRUE(pump_until([&] { return !b_->rx.empty(); }));
+  EXPECT_EQ(std::memcmp(rw->at, src.data(), 8), 0);
+}
 
 // Receive an 8 MiB kWrite from node 1 while node 3 sends / Expect node 3's
 // messages delivered by polls that return while the write is still being
