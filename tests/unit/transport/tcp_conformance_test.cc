@@ -1942,6 +1942,30 @@ TEST_F(TcpPlacementTest, PlacementSpansPollsWhileOthersProgress) {
   EXPECT_TRUE(b_->lost.empty());
 }
 
+// Receive a write of many polls' worth, sleeping on wait_fd whenever both
+// sides' polls return nothing, as the engine does / Expect it to arrive
+// without a sleep running out: a placement never waits for a readiness edge
+// that does not come.
+TEST_F(TcpPlacementTest, LongPlacementNeedsNoSpinning) {
+  constexpr size_t kHuge = 32u << 20;
+  Target* t = register_target(b_, kHuge);
+  auto src = pattern(kHuge, kSeed);
+  WorkRequest wrs[2] = {write_wr(*t, 0, src.data(), kHuge, t->at),
+                        send_wr(0, reinterpret_cast<const std::byte*>(&kMarker), 8)};
+  ASSERT_TRUE(post_all(ab_.get(), wrs).is_ok());
+  std::vector<pollfd> fds = {{a_->t->wait_fd(), POLLIN, 0}, {b_->t->wait_fd(), POLLIN, 0}};
+  Deadline d = Deadline::after_ms(kWaitMs);
+  int sleeps = 0, timeouts = 0;
+  while (!marker_arrived() && !d.expired()) {
+    if (pump_side(a_) + pump_side(b_) > 0) continue;
+    ++sleeps;
+    if (::poll(fds.data(), fds.size(), 2000) == 0) ++timeouts;
+  }
+  ASSERT_TRUE(marker_arrived());
+  EXPECT_EQ(timeouts, 0) << "a 2 s sleep on wait_fd ran out (" << sleeps << " sleeps)";
+  EXPECT_EQ(check_pattern(t->at, kHuge, kSeed), SIZE_MAX);
+}
+
 // Deregister a region while a write into it is half placed / Expect no byte
 // of it to change afterwards, the connection broken, the kSend after the
 // write never delivered.
