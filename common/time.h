@@ -23,24 +23,45 @@ class Deadline {
   static Deadline after_ms(uint64_t ms) {
     return ms >= UINT64_MAX / 2000000 ? never() : after_us(ms * 1000);
   }
+  /// `ms` from the first time the deadline is looked at, not from now: for
+  /// the default timeouts of calls whose fast path never consults them
+  /// (a clock read is tens of ns on a VM, several per small op otherwise).
+  static Deadline lazy_ms(uint64_t ms) {
+    if (ms >= UINT64_MAX / 2000000) return never();
+    Deadline d(0);
+    d.lazy_ns_ = ms * 1000000;
+    return d;
+  }
   explicit Deadline(uint64_t at_ns) : at_ns_(at_ns) {}
-  bool expired() const { return at_ns_ != UINT64_MAX && now_ns() >= at_ns_; }
-  uint64_t at_ns() const { return at_ns_; }
+  bool expired() const {
+    uint64_t at = at_ns();
+    return at != UINT64_MAX && now_ns() >= at;
+  }
+  uint64_t at_ns() const {
+    if (lazy_ns_ != 0) {
+      at_ns_ = now_ns() + lazy_ns_;
+      lazy_ns_ = 0;
+    }
+    return at_ns_;
+  }
   /// Remaining time in ms for poll(2)/epoll_wait: -1 when never, rounded up.
   int remaining_ms() const {
-    if (at_ns_ == UINT64_MAX) return -1;
+    uint64_t at = at_ns();
+    if (at == UINT64_MAX) return -1;
     uint64_t now = now_ns();
-    if (now >= at_ns_) return 0;
-    uint64_t ms = (at_ns_ - now + 999999) / 1000000;
+    if (now >= at) return 0;
+    uint64_t ms = (at - now + 999999) / 1000000;
     return ms > 1000000 ? 1000000 : static_cast<int>(ms);
   }
   uint64_t remaining_ns() const {
+    uint64_t at = at_ns();
     uint64_t now = now_ns();
-    return now >= at_ns_ ? 0 : at_ns_ - now;
+    return now >= at ? 0 : at - now;
   }
 
  private:
-  uint64_t at_ns_;
+  mutable uint64_t at_ns_;
+  mutable uint64_t lazy_ns_ = 0;  // nonzero: at_ns_ is not fixed yet
 };
 
 }  // namespace lt

@@ -824,14 +824,19 @@ Status Core::wait_credits(uint32_t seen, Deadline d) {
 Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
-  const uint64_t start = now_ns();
-  uint64_t spin_until = start + config_.engine.spin_us * 1000ull;
-  uint64_t yield_at = start + kSpinYieldNs;
+  // The spin budget starts at the first clock read, 8 polls in: a wait that
+  // ends before that (a ping-pong) reads no clock at all.
+  uint64_t spin_until = 0, yield_at = 0;
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; (r->word.load(std::memory_order_acquire) & 0xff) != kStDone; ++i) {
     if (!progress()) cpu_relax();
     if (i % 8 != 0) continue;  // the clock is not free either
     uint64_t now = now_ns();
+    if (spin_until == 0) {
+      spin_until = now + config_.engine.spin_us * 1000ull;
+      yield_at = now + kSpinYieldNs;
+      continue;
+    }
     if (now >= spin_until) break;
     if (now >= yield_at) {
       // A spin this long means the other side is slow, often because it

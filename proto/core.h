@@ -56,7 +56,7 @@ class Core {
 
   NodeId self() const { return membership_.self(); }
   std::vector<Member> members() const { return membership_.members(); }
-  Deadline default_deadline() const { return Deadline::after_ms(config_.engine.op_timeout_ms); }
+  Deadline default_deadline() const { return Deadline::lazy_ms(config_.engine.op_timeout_ms); }
   const Config& config() const { return config_; }
   std::string transport_address() const;
   /// The transport this node uses for `node` ("tcp", "shm", "self") and
