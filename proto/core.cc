@@ -119,6 +119,9 @@ struct Core::Request {
   const std::byte* send_buf = nullptr;  // kSendRndv: the message
   uint32_t msg_port = 0;                // kRecv: the port
   uint64_t* rpc_token = nullptr;        // kRpcRecv: where the reply token goes
+  // A rendezvous of this many bytes is in flight for it: its waiter spins
+  // longer (the copy takes about that long; sleeping costs a wake-up).
+  std::atomic<uint32_t> spin_extra_us{0};
   // kRecv placed by the sender: the registration of `out`, dropped at finish.
   transport::Transport* place_t = nullptr;
   transport::MemRegion place_mr{};
@@ -699,6 +702,7 @@ Result<Core::Request*> Core::alloc_request(ReqKind kind, NodeId peer, ReqId* id)
   r->admitted = true;
   r->out = nullptr;
   r->out_len = 0;
+  r->spin_extra_us.store(0, std::memory_order_relaxed);
   r->peer.store(peer);
   r->word.store(word(gen, kStPending), std::memory_order_release);
   *id = (static_cast<uint64_t>(gen) << 32) | idx;
@@ -837,7 +841,7 @@ Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
       yield_at = now + kSpinYieldNs;
       continue;
     }
-    if (now >= spin_until) break;
+    if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
     if (now >= yield_at) {
       // A spin this long means the other side is slow, often because it
       // shares this core (a CPU hog took the other one): let it run.
@@ -1905,6 +1909,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
   }
   (*r)->send_buf = static_cast<const std::byte*>(buf);
   (*r)->out_len = len;
+  (*r)->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
   MsgRts m{make_header(MsgOp::kMsgRts, id), port, 0, len, 0, 0};
   m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
   Status s = send_request(*r, id, node, &m, sizeof(m), nullptr, 0);
@@ -1971,6 +1976,7 @@ void Core::match_recv(Request* req, ReqId id) {
     return;
   }
   req->peer.store(u.src);
+  req->spin_extra_us.store(rendezvous_spin_us(u.len), std::memory_order_relaxed);
   MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id, 0, 0};
   if (place) {
     offer_placement(req, u.src, u.len, &pull);
@@ -1980,6 +1986,13 @@ void Core::match_recv(Request* req, ReqId id) {
     req->word.fetch_or(0, std::memory_order_release);
   }
   send_pull(req, u.src, pull);
+}
+
+// Extra spin for a waiter on a `len`-byte rendezvous: about the time its
+// copy takes at 4 GB/s, at most kMaxRendezvousSpinUs. A waiter that sleeps
+// through the copy pays a wake-up (tens of µs here) after it.
+uint32_t Core::rendezvous_spin_us(uint64_t len) {
+  return static_cast<uint32_t>(std::min<uint64_t>(len >> 12, kMaxRendezvousSpinUs));
 }
 
 // True when the sender `from` can write a `len`-byte message straight into
@@ -2097,6 +2110,7 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
       uint64_t recv_id = (w >> 8 << 32) | r->idx;
       MsgPull pull{make_header(MsgOp::kMsgPull, h.req_id), recv_id, 0, 0};
       uint64_t len = load<MsgRts>(b).len;
+      r->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
       if (can_place(from, len, r->out_len)) offer_placement(r, from, len, &pull);
       r->word.store((w & ~uint64_t{0xff}) | (pull.dst_rkey != 0 ? kStPlacing : kStPending),
                     std::memory_order_release);

@@ -217,6 +217,7 @@ class Core {
   void serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   // Single-copy rendezvous (placement): see ARCHITECTURE "Placement".
+  static uint32_t rendezvous_spin_us(uint64_t len);
   bool can_place(NodeId from, uint64_t len, uint64_t cap) const;
   void offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull);
   void drop_placement(Request* r);
@@ -362,9 +363,10 @@ class Core {
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
   static constexpr int kMaxBatchesPerPass = 16;
-  static constexpr uint64_t kSpinYieldNs = 4000;   // a waiter yields its core this often
-  static constexpr uint64_t kMaxParkNs = 1000000;  // progress thread's longest park (1 ms)
-  static constexpr int32_t kRpcCorkDepth = 2;      // outstanding calls before rpc_async corks
+  static constexpr uint64_t kSpinYieldNs = 4000;          // a waiter yields its core this often
+  static constexpr uint64_t kMaxRendezvousSpinUs = 1000;  // see rendezvous_spin_us
+  static constexpr uint64_t kMaxParkNs = 1000000;         // progress thread's longest park (1 ms)
+  static constexpr int32_t kRpcCorkDepth = 2;  // outstanding calls before rpc_async corks
   static constexpr uint64_t kMaxPassNs = 2000000;
   std::atomic<std::thread::id> holder_{};
   bool more_in_batch_ = false;
