@@ -117,7 +117,16 @@ class TcpTransport final : public Transport {
   std::vector<std::shared_ptr<Conn>> closed_;  // kept alive until release_rx
   std::deque<Completion> pending_;             // events found while `out` was full
   uint64_t next_sweep_ns_ = 0;
-  std::atomic<size_t> nconns_{0};  // conns_.size(), read by the poller without mu_
+  std::atomic<size_t> nconns_{0};       // conns_.size(), read by the poller without mu_
+  std::atomic<uint64_t> conns_gen_{0};  // bumped under mu_ whenever conns_ changes
+  // Poller-only: a snapshot of conns_ (refreshed when conns_gen_ moves) for
+  // polling a few connections with recv() directly (see poll()).
+  std::vector<std::shared_ptr<Conn>> list_;
+  uint64_t list_gen_ = ~uint64_t{0};
+  uint32_t direct_polls_ = 0;
+  static constexpr size_t kDirectPollConns = 4;
+  static constexpr uint32_t kEpollEvery = 16;
+  size_t read_ready(std::span<Completion> out, size_t n);
   uint32_t idle_polls_ = 0;
   static constexpr uint32_t kIdlePolls = 64;  // listener-only: epoll_wait every 64th poll
   void sweep_unidentified();
