@@ -606,6 +606,11 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
 
 bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
   size_t read_now = 0;
+  // A recv() that returned less than it asked for emptied the socket: after
+  // parsing, stop without the recv() that would only say EAGAIN (one system
+  // call on every message's path). Edge-triggered epoll reports data that
+  // arrives later, and a spinning poller tries again anyway.
+  bool drained = false;
   for (;;) {
     if (c->place_left_ > 0) {
       // The rest of a kWrite: straight from the socket into its target,
@@ -734,6 +739,10 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
     }
     if (c->rx_begin_ == c->rx_end_ && !c->pinned_) c->rx_begin_ = c->rx_end_ = 0;
     if (c->place_left_ > 0) continue;
+    if (drained) {
+      c->in_ready_ = false;
+      return true;
+    }
     // Make room for the rest of the current frame.
     if (c->rx_cap_ - c->rx_begin_ < need || c->rx_end_ == c->rx_cap_) {
       if (c->pinned_) return false;  // buffers lent out; come back after release_rx
@@ -752,6 +761,7 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
     if (r > 0) {
       c->rx_end_ += static_cast<size_t>(r);
       read_now += static_cast<size_t>(r);
+      drained = static_cast<size_t>(r) < want;
       continue;
     }
     if (r == 0) {
