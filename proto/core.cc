@@ -1007,6 +1007,12 @@ Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size
       more_in_batch_) {
     wr.flags |= transport::kWrMore;
   }
+  return post_one(p, ep, wr, d);
+}
+
+// Posts one work request to `p`, polling while the transport pushes back,
+// until `d`. A broken connection retires the endpoint (PEER_DOWN).
+Status Core::post_one(NodeId p, transport::Endpoint* ep, const WorkRequest& wr, Deadline d) {
   for (;;) {
     auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
     if (!r) {
@@ -2052,16 +2058,7 @@ Status Core::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t
   wr.num_sge = 1;
   wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
   wr.remote = {addr, rkey};
-  for (;;) {
-    auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
-    if (!r) {
-      if (r.status().code() == Code::kPeerDown) retire_endpoint(to);
-      return r.status();
-    }
-    if (*r == 1) return Status::ok();
-    if (d.expired()) return Code::kTimedOut;
-    if (!progress()) cpu_relax();
-  }
+  return post_one(to, ep, wr, d);
 }
 
 void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {

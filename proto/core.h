@@ -211,6 +211,7 @@ class Core {
               bool reply, bool more = false);
   Status send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
                       const void* data, size_t dlen, bool more = false);
+  Status post_one(NodeId p, transport::Endpoint* ep, const transport::WorkRequest& wr, Deadline d);
 
   // Serving peers.
   void handle(const transport::Completion& c);

@@ -406,18 +406,31 @@ TEST(ShmTransportTest, KilledPeerProcessIsLost) {
   t->free_memory(*region);
 }
 
+// Two transports in this process, node 1 connected to node 2.
+struct Pair {
+  std::unique_ptr<Transport> a, b;
+  std::unique_ptr<Endpoint> ab;
+};
+void connect_pair(Pair* p) {
+  p->a = make(1);
+  p->b = make(2);
+  ASSERT_NE(p->a, nullptr);
+  ASSERT_NE(p->b, nullptr);
+  auto ab = p->a->connect(peer(2, p->b->local_address()), Deadline::after_ms(kWaitMs));
+  ASSERT_TRUE(ab.is_ok()) << ab.status().name();
+  p->ab = std::move(ab).value();
+}
+
 // Placement (Caps::placement): ordinary memory registered for remote writes
 // is written by virtual address with one cross-memory copy; the bytes are in
 // place before a message posted afterwards arrives, and nothing outside the
 // target range changes.
 TEST(ShmTransportTest, PlacementWritesRegisteredMemoryBeforeLaterMessages) {
-  auto a = make(1);
-  auto b = make(2);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  if (!b->caps().placement) GTEST_SKIP() << "no cross-memory attach on this kernel";
-  auto ab = a->connect(peer(2, b->local_address()), Deadline::after_ms(kWaitMs));
-  ASSERT_TRUE(ab.is_ok()) << ab.status().name();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  if (!p.b->caps().placement) GTEST_SKIP() << "no cross-memory attach on this kernel";
+  Transport* b = p.b.get();
+  Endpoint* ab = p.ab.get();
   constexpr size_t kGuard = 64;
   for (size_t len : {size_t{1}, size_t{4095}, size_t{1} << 20, size_t{8} << 20}) {
     std::vector<std::byte> dst(len + 2 * kGuard, std::byte{0xee});
@@ -434,13 +447,13 @@ TEST(ShmTransportTest, PlacementWritesRegisteredMemoryBeforeLaterMessages) {
     wrs[0].remote = {reinterpret_cast<uintptr_t>(dst.data() + kGuard), reg->rkey};
     uint64_t tag = len;
     wrs[1] = send_wr(&tag, sizeof(tag));
-    auto r = (*ab)->post(std::span<const WorkRequest>(wrs, 2));
+    auto r = ab->post(std::span<const WorkRequest>(wrs, 2));
     ASSERT_TRUE(r.is_ok()) << r.status().name();
     ASSERT_EQ(*r, 2u);
     bool seen = false;
     Deadline d = Deadline::after_ms(kWaitMs);
     while (!seen && !d.expired()) {
-      pump(b.get(), [&](const Completion& c) {
+      pump(b, [&](const Completion& c) {
         if (c.kind != CqKind::kRecv) return;
         uint64_t v;
         std::memcpy(&v, c.rx, sizeof(v));
@@ -462,13 +475,11 @@ TEST(ShmTransportTest, PlacementWritesRegisteredMemoryBeforeLaterMessages) {
 // What placement refuses, with nothing written: no write right, memory not
 // registered for remote access, an unmapped address, atomics.
 TEST(ShmTransportTest, PlacementRefusals) {
-  auto a = make(1);
-  auto b = make(2);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  if (!b->caps().placement) GTEST_SKIP() << "no cross-memory attach on this kernel";
-  auto ab = a->connect(peer(2, b->local_address()), Deadline::after_ms(kWaitMs));
-  ASSERT_TRUE(ab.is_ok()) << ab.status().name();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  if (!p.b->caps().placement) GTEST_SKIP() << "no cross-memory attach on this kernel";
+  Transport* b = p.b.get();
+  Endpoint* ab = p.ab.get();
   std::vector<std::byte> dst(4096, std::byte{0x11});
   std::vector<std::byte> src(4096, std::byte{0x22});
   auto local = b->register_memory(dst, Access::kLocal);
@@ -483,7 +494,7 @@ TEST(ShmTransportTest, PlacementRefusals) {
     wr.num_sge = 1;
     wr.sge[0] = Sge{src.data(), 8, 0};
     wr.remote = {addr, rkey};
-    auto r = (*ab)->post(std::span<const WorkRequest>(&wr, 1));
+    auto r = ab->post(std::span<const WorkRequest>(&wr, 1));
     return r.is_ok() ? Code::kOk : r.status().code();
   };
   uint64_t at = reinterpret_cast<uintptr_t>(dst.data());
@@ -496,7 +507,7 @@ TEST(ShmTransportTest, PlacementRefusals) {
   EXPECT_EQ(post(Op::kRead, at, ro->rkey), Code::kOk);
   EXPECT_EQ(src[0], std::byte{0x11});
   EXPECT_EQ(src[8], std::byte{0x22});
-  EXPECT_TRUE((*ab)->alive());
+  EXPECT_TRUE(ab->alive());
 }
 
 // shm.cma = 0 turns placement off: ordinary memory gets rkey 0 again.
