@@ -5,7 +5,7 @@
 // both processes:
 //
 //   [0, 64)                 SegHeader
-//   [64, 64 + 2 * 192)      RingCtrl[2]: ring 0 carries connector -> acceptor,
+//   [64, 64 + 2 * 128)      RingCtrl[2]: ring 0 carries connector -> acceptor,
 //                           ring 1 acceptor -> connector
 //   [kCtrlBytes, +R)        ring 0 bytes
 //   [kCtrlBytes + R, +R)    ring 1 bytes
@@ -14,11 +14,20 @@
 // since the connection began (64-bit, never wrap); the byte at position p is
 // at ring offset p & (R - 1). Records start at kRecAlign-aligned positions and
 // never straddle the end of the ring: a kPad record fills the rest of the ring
-// when the next record does not fit there. The producer writes records, then
-// publishes `head`; the consumer reads up to `head`, and once the bytes are no
-// longer lent out publishes `tail`. Control words are accessed only through
-// std::atomic_ref (both processes map them; lock-free 64/32-bit atomics are
-// address-free).
+// when the next record does not fit there.
+//
+// There is no shared head: a record is published by its own stamp. The
+// producer writes the payload and the header fields, then stores the header's
+// `stamp` = position ^ salt (release); the consumer polls the stamp where the
+// next record will start and takes the record once it reads the stamp that
+// position expects. So a small message costs the consumer one cache-line
+// transfer (the record itself), not two (a head line, then the record). The
+// salt (random, high bit set, in SegHeader) makes the stamp of position p
+// differ from anything an earlier lap left at that offset: an older stamp
+// carries an older position, and payload bytes would have to hold exactly
+// p ^ salt. The consumer publishes `tail` once the bytes are no longer lent
+// out. Control words and stamps are accessed only through std::atomic_ref
+// (both processes map them; lock-free 64/32-bit atomics are address-free).
 #pragma once
 
 #include <atomic>
@@ -28,7 +37,7 @@
 namespace lt::transport::shm {
 
 inline constexpr uint32_t kSegMagic = 0x6d73746c;  // "ltsm"
-inline constexpr uint16_t kSegVersion = 1;
+inline constexpr uint16_t kSegVersion = 2;
 inline constexpr size_t kCtrlBytes = 4096;
 inline constexpr size_t kRecAlign = 64;
 inline constexpr uint32_t kMinRingBytes = 4096;
@@ -41,20 +50,20 @@ struct SegHeader {
   uint16_t reserved;    // zero
   uint32_t ring_bytes;  // R: bytes of each ring, a power of two
   uint32_t reserved2;   // zero
-  uint8_t pad[48];
+  uint64_t salt;        // stamps are position ^ salt; random, bit 63 set
+  uint8_t pad[40];
 };
 static_assert(sizeof(SegHeader) == 64);
 
 /// Control words of one ring, each written by one side on its own cache line.
 struct RingCtrl {
-  alignas(64) uint64_t head;  // producer: end of the published records
   alignas(64) uint64_t tail;  // consumer: end of the released records
   // Wake-up requests, set by the side that is going to sleep and cleared by
   // the side that rings its eventfd (the bells travel with the segment):
-  alignas(64) uint32_t want_data;  // consumer asleep: ring it after publishing head
+  alignas(64) uint32_t want_data;  // consumer asleep: ring it after publishing a record
   uint32_t want_space;             // producer asleep with a backlog: ring it after releasing
 };
-static_assert(sizeof(RingCtrl) == 192);
+static_assert(sizeof(RingCtrl) == 128);
 static_assert(64 + 2 * sizeof(RingCtrl) <= kCtrlBytes);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
@@ -68,13 +77,15 @@ enum class RecKind : uint8_t {
 
 /// Header of every record; the payload follows it directly.
 struct RecHeader {
+  uint64_t stamp;  // position ^ salt, stored last: the record is published
   uint32_t len;    // payload bytes in this record (kPad: bytes after the header)
   uint32_t imm;    // kMsg, kFragFirst: the immediate (0 for kSend)
   uint32_t total;  // kFragFirst: bytes of the whole message; else 0
   uint8_t kind;    // RecKind
   uint8_t reserved[3];
 };
-static_assert(sizeof(RecHeader) == 16);
+static_assert(sizeof(RecHeader) == 24);
+static_assert(offsetof(RecHeader, stamp) == 0);
 inline constexpr size_t kRecHdr = sizeof(RecHeader);
 
 /// Bytes a record with `payload` bytes occupies in the ring.

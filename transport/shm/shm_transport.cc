@@ -17,6 +17,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "common/log.h"
 #include "common/time.h"
@@ -64,6 +65,14 @@ void ring_bell(int fd) {
   uint64_t one = 1;
   ssize_t r = ::write(fd, &one, sizeof(one));
   (void)r;  // EAGAIN only when the counter is near overflow: it is readable anyway
+}
+
+// A connection's stamp salt: random, bit 63 set (a stamp is never a small
+// number that payload bytes or an earlier lap would likely hold).
+uint64_t new_salt() {
+  std::random_device rd;
+  uint64_t v = (uint64_t{rd()} << 32) ^ rd() ^ now_ns();
+  return v | (uint64_t{1} << 63);
 }
 
 void drain_fd(int fd) {
@@ -245,8 +254,10 @@ class ShmConn {
   ShmConn& operator=(const ShmConn&) = delete;
 
   // Points the rings at a mapped segment: ring 0 carries connector -> acceptor.
-  void attach(std::byte* seg, size_t len, uint32_t ring_bytes, net::Fd my_bell, net::Fd peer_bell) {
+  void attach(std::byte* seg, size_t len, uint32_t ring_bytes, uint64_t salt, net::Fd my_bell,
+              net::Fd peer_bell) {
     seg_ = seg;
+    salt_ = salt;
     seg_len_ = len;
     ring_ = ring_bytes;
     mask_ = ring_bytes - 1;
@@ -291,6 +302,16 @@ class ShmConn {
     return wrote;
   }
 
+  // The stamp that publishes the record at position `pos`.
+  uint64_t stamp_of(uint64_t pos) const { return pos ^ salt_; }
+  static std::atomic_ref<uint64_t> stamp_at(std::byte* ring, uint64_t idx) {
+    return aref(*reinterpret_cast<uint64_t*>(ring + idx));
+  }
+  // Poller: true when the next record has been published.
+  bool rx_ready(std::memory_order mo = std::memory_order_acquire) const {
+    return stamp_at(rx_ring_, rx_pos_ & mask_).load(mo) == stamp_of(rx_pos_);
+  }
+
   // Poller: hands consumed ring bytes back to the producer.
   void publish_tail() {
     if (rx_pos_ == rx_released_) return;
@@ -318,7 +339,7 @@ class ShmConn {
   // Set before the connection is shared (connect, or the poller's hello).
   std::byte* seg_ = nullptr;
   size_t seg_len_ = 0;
-  uint64_t ring_ = 0, mask_ = 0, max_rec_ = 0, max_frag_ = 0;
+  uint64_t ring_ = 0, mask_ = 0, max_rec_ = 0, max_frag_ = 0, salt_ = 0;
   RingCtrl* tx_ctrl_ = nullptr;
   RingCtrl* rx_ctrl_ = nullptr;
   std::byte* tx_ring_ = nullptr;
@@ -333,7 +354,7 @@ class ShmConn {
   bool lent_ = false;        // rx pointers into the ring are out until release_rx
   bool stage_lent_ = false;  // the staging buffer is out until release_rx
   bool staging_ = false;     // a fragmented message is being reassembled
-  uint64_t rx_pos_ = 0, rx_head_ = 0, rx_released_ = 0;
+  uint64_t rx_pos_ = 0, rx_released_ = 0;
   std::unique_ptr<std::byte[]> stage_;
   size_t stage_cap_ = 0, stage_len_ = 0, stage_total_ = 0;
   uint32_t stage_imm_ = 0;
@@ -362,10 +383,13 @@ class ShmConn {
     send_lock_.unlock();
     return bell;
   }
+  // The records are out (each by its stamp); true when the consumer asked
+  // for a bell. The fence pairs with the consumer's seq_cst store of
+  // want_data and load of the next stamp (try_arm): one side sees the other.
   bool publish_locked() {
     if (tx_head_ == tx_published_) return false;
     tx_published_ = tx_head_;
-    aref(tx_ctrl_->head).store(tx_head_, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     uint32_t& w = tx_ctrl_->want_data;
     return aref(w).load(std::memory_order_seq_cst) != 0 &&
            aref(w).exchange(0, std::memory_order_seq_cst) != 0;
@@ -378,15 +402,26 @@ class ShmConn {
     tx_tail_ = t & ~uint64_t{kRecAlign - 1};
     return tx_head_ + need - tx_tail_ <= ring_;
   }
+  // Writes a record's header but its stamp; the payload goes in next, then
+  // publish_record() stamps it.
   void write_header(uint64_t idx, RecKind k, uint64_t len, uint32_t imm, uint64_t total) {
     RecHeader h{
-        static_cast<uint32_t>(len), imm, static_cast<uint32_t>(total), static_cast<uint8_t>(k), {}};
-    std::memcpy(tx_ring_ + idx, &h, sizeof(h));
+        0, static_cast<uint32_t>(len), imm, static_cast<uint32_t>(total), static_cast<uint8_t>(k),
+        {}};
+    std::memcpy(tx_ring_ + idx + sizeof(h.stamp),
+                reinterpret_cast<const std::byte*>(&h) + sizeof(h.stamp),
+                sizeof(h) - sizeof(h.stamp));
+  }
+  // The record at tx_head_ (ring offset idx), `bytes` long, is complete.
+  void publish_record(uint64_t idx, uint64_t bytes) {
+    stamp_at(tx_ring_, idx).store(stamp_of(tx_head_), std::memory_order_release);
+    tx_head_ += bytes;
   }
   void write_pad_locked(uint64_t idx, uint64_t bytes) {
     write_header(idx, RecKind::kPad, bytes - kRecHdr, 0, 0);
-    tx_head_ += bytes;
+    publish_record(idx, bytes);
   }
+  bool single_fits_locked(size_t len);
   bool write_single_locked(const Gather& g, size_t len, uint32_t imm);
   size_t write_frags_locked(const Gather& g, size_t total, uint32_t imm, size_t off);
   bool enqueue_locked(const Gather& g, size_t len, uint32_t imm, bool must_queue);
@@ -400,6 +435,12 @@ class ShmConn {
   std::vector<std::pair<uint64_t, std::shared_ptr<RemoteMap>>> maps_;
 };
 
+bool ShmConn::single_fits_locked(size_t len) {
+  uint64_t rec = record_bytes(len);
+  uint64_t contig = ring_ - (tx_head_ & mask_);
+  return room_locked(rec <= contig ? rec : contig + rec);
+}
+
 bool ShmConn::write_single_locked(const Gather& g, size_t len, uint32_t imm) {
   uint64_t rec = record_bytes(len);
   uint64_t idx = tx_head_ & mask_, contig = ring_ - idx;
@@ -410,7 +451,7 @@ bool ShmConn::write_single_locked(const Gather& g, size_t len, uint32_t imm) {
   }
   write_header(idx, RecKind::kMsg, len, imm, 0);
   g.copy(tx_ring_ + idx + kRecHdr, g.base, len);
-  tx_head_ += rec;
+  publish_record(idx, rec);
   return true;
 }
 
@@ -441,7 +482,7 @@ size_t ShmConn::write_frags_locked(const Gather& g, size_t total, uint32_t imm, 
     write_header(idx, off == 0 ? RecKind::kFragFirst : RecKind::kFrag, p, off == 0 ? imm : 0,
                  off == 0 ? total : 0);
     g.copy(tx_ring_ + idx + kRecHdr, off, p);
-    tx_head_ += rec;
+    publish_record(idx, rec);
     off += p;
   }
   return off;
@@ -677,13 +718,16 @@ Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool
     }
     case Op::kWriteImm: {
       lock_tx();
-      // The record goes in first (unpublished) so that a refusal writes nothing.
-      if (!enqueue_locked(Gather{}, 0, wr.imm, (wr.flags & kWrMustQueue) != 0)) {
+      // Room first, so that a refusal writes nothing; then the bytes, then
+      // the record that announces them (its stamp publishes it at once).
+      const bool must_queue = (wr.flags & kWrMustQueue) != 0;
+      if (!must_queue && !(backlog_.empty() && single_fits_locked(0))) {
         *bell |= unlock_tx();
         *refused = true;
         return Status::ok();
       }
       if (len > 0) gather_of(wr).copy(target, 0, len);
+      if (!enqueue_locked(Gather{}, 0, wr.imm, must_queue)) *refused = true;  // no memory
       *bell |= unlock_tx();
       return Status::ok();
     }
@@ -905,6 +949,7 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
   h.magic = kSegMagic;
   h.version = kSegVersion;
   h.ring_bytes = r;
+  h.salt = new_salt();
   std::memcpy(seg, &h, sizeof(h));
   auto* ctrl = reinterpret_cast<RingCtrl*>(seg + sizeof(SegHeader));
   for (int i = 0; i < 2; ++i) {
@@ -919,7 +964,7 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
     return Code::kSys;
   }
   auto conn = std::make_shared<ShmConn>(this, std::move(sock), peer.node, true, cred.pid);
-  conn->attach(seg, seg_len, r, std::move(my_bell), std::move(peer_bell));
+  conn->attach(seg, seg_len, r, h.salt, std::move(my_bell), std::move(peer_bell));
 
   Hello hello{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello),
               self,      r,           token_.load(std::memory_order_acquire)};
@@ -1059,12 +1104,11 @@ bool ShmTransport::handle_hello(ShmConn* c, const void* body, size_t len,
   auto* ctrl = reinterpret_cast<RingCtrl*>(seg + sizeof(SegHeader));
   // A fresh segment: nothing consumed yet, nothing sent our way yet.
   if (sh.magic != kSegMagic || sh.version != kSegVersion || sh.ring_bytes != r ||
-      aref(ctrl[0].tail).load() != 0 || aref(ctrl[1].head).load() != 0 ||
-      aref(ctrl[1].tail).load() != 0) {
+      (sh.salt >> 63) == 0 || aref(ctrl[0].tail).load() != 0 || aref(ctrl[1].tail).load() != 0) {
     ::munmap(seg, seg_len);
     return false;
   }
-  c->attach(seg, seg_len, r, std::move((*fds)[2]), std::move((*fds)[1]));
+  c->attach(seg, seg_len, r, sh.salt, std::move((*fds)[2]), std::move((*fds)[1]));
   uint64_t tag = reinterpret_cast<uintptr_t>(c);
   if (!add_to_epoll(c->my_bell_.get(), tag | kBellBit).is_ok()) return false;
   Hello ack{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kAck), self, 0, token};
@@ -1166,20 +1210,12 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
   bool progress = false;
   const uint64_t ring = c->ring_;
   for (;;) {
-    if (c->rx_pos_ == c->rx_head_) {
-      uint64_t h = aref(c->rx_ctrl_->head).load(std::memory_order_acquire);
-      if (h == c->rx_pos_) break;
-      if (h < c->rx_pos_ || h - c->rx_released_ > ring || (h & (kRecAlign - 1)) != 0) {
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-        close_conn(c, out, n, "bad ring head");
-        return true;
-      }
-      c->rx_head_ = h;
-    }
-    if (*n == out.size()) break;
+    if (*n == out.size() || !c->rx_ready()) break;
     const uint64_t idx = c->rx_pos_ & c->mask_;
     const uint64_t contig = ring - idx;
-    const uint64_t avail = c->rx_head_ - c->rx_pos_;
+    // Bytes the producer may have written from here on: up to a ring past
+    // what this side has released.
+    const uint64_t avail = ring - (c->rx_pos_ - c->rx_released_);
     const std::byte* at = c->rx_ring_ + idx;
     RecHeader h;
     std::memcpy(&h, at, sizeof(h));  // a private copy: the peer cannot change it under us
@@ -1189,7 +1225,7 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
     if (kind == RecKind::kPad) {
       if (contig > avail || h.len != contig - kRecHdr) bad = "bad pad record";
     } else if (rec > contig || rec > avail) {
-      bad = "record beyond the published bytes";
+      bad = "record beyond the producer's room";
     }
     if (bad == nullptr) {
       switch (kind) {
@@ -1278,9 +1314,9 @@ void ShmTransport::refresh_list() {
 void ShmTransport::kick() { ring_bell(awake_fd_.get()); }
 
 // Going to sleep: ask every producer to ring our bell, then look once more
-// (their head store and our flag store are both seq_cst, so one of the two
-// sides sees the other). Drain the awake fd first, so that a kick() from a
-// poster after armed_ is set is not lost.
+// (our flag store and stamp load are seq_cst and the producer fences between
+// its stamp store and its flag load, so one of the two sides sees the other). Drain the awake fd
+// first, so that a kick() from a poster after armed_ is set is not lost.
 void ShmTransport::try_arm() {
   if (conns_gen_.load(std::memory_order_acquire) != list_gen_ || !pending_.empty()) return;
   drain_fd(awake_fd_.get());
@@ -1290,7 +1326,7 @@ void ShmTransport::try_arm() {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
     aref(c->rx_ctrl_->want_data).store(1, std::memory_order_seq_cst);
-    if (aref(c->rx_ctrl_->head).load(std::memory_order_seq_cst) != c->rx_pos_ || c->hup_) {
+    if (c->rx_ready(std::memory_order_seq_cst) || c->hup_) {
       work = true;
     }
     if (c->has_backlog_.load(std::memory_order_seq_cst)) {
@@ -1395,8 +1431,7 @@ size_t ShmTransport::poll(std::span<Completion> out) {
     if (c->closed_ || !c->mapped()) continue;
     if (c->has_backlog_.load(std::memory_order_acquire)) active |= c->flush_from_poller();
     active |= read_ring(c, out, &n);
-    if (c->hup_ && !c->closed_ && n < out.size() &&
-        aref(c->rx_ctrl_->head).load(std::memory_order_acquire) == c->rx_pos_) {
+    if (c->hup_ && !c->closed_ && n < out.size() && !c->rx_ready()) {
       close_conn(c, out, &n, "closed by peer");
     }
   }
