@@ -618,12 +618,12 @@ bool Core::progress() {
     // A bounded pass (16 batches per transport, and 2 ms): under a steady
     // stream the caller (the progress thread: heartbeats, the manager
     // socket) gets control back; it calls again at once since work was found.
-    uint64_t pass_end = 0;  // read the clock only once there was work
+    uint64_t pass_end = 0;  // read the clock only after two batches with work
     const bool on_progress_thread =
         std::this_thread::get_id() == progress_tid_.load(std::memory_order_acquire);
     for (auto& t : transports_) {
       for (int batches = 0; batches < kMaxBatchesPerPass; ++batches) {
-        if (batches > 0) {
+        if (batches > 1) {  // one message per batch (a ping-pong) reads no clock
           uint64_t now = now_ns();
           if (pass_end == 0) pass_end = now + kMaxPassNs;
           if (now >= pass_end) break;

@@ -267,6 +267,7 @@ Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
         c.peer = peer_.load(std::memory_order_relaxed);
         std::lock_guard<std::mutex> g(t_->done_mu_);
         t_->send_done_.push_back(c);
+        t_->done_count_.fetch_add(1, std::memory_order_release);
       }
     }
   }
@@ -784,11 +785,12 @@ size_t TcpTransport::poll(std::span<Completion> out) {
     out[n++] = pending_.front();
     pending_.pop_front();
   }
-  {
+  if (done_count_.load(std::memory_order_acquire) != 0) {  // no lock on every pass
     std::lock_guard<std::mutex> g(done_mu_);
     while (!send_done_.empty() && n < out.size()) {
       out[n++] = send_done_.front();
       send_done_.pop_front();
+      done_count_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
   // With no connection at all (every peer on shm, say) only the listener

@@ -147,6 +147,7 @@ class TcpTransport final : public Transport {
 
   std::mutex done_mu_;  // signaled sends, reported by poll()
   std::deque<Completion> send_done_;
+  std::atomic<size_t> done_count_{0};  // entries in send_done_, read without the lock
 };
 
 }  // namespace lt::transport::tcp
