@@ -289,7 +289,7 @@ int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf
 int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
             int64_t timeout_us) {
   if (e == nullptr || src == nullptr || len == nullptr) return -LT_ERR_INVAL;
-  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us);
+  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::lazy_us(timeout_us);
   lt_node_t s = 0;
   size_t n = 0;
   auto r = e->core.recv_async(port, buf, cap, &s, &n);
@@ -344,7 +344,7 @@ int LT_regRPC_loop(lt_engine_t* e, uint32_t func_id) {
 int LT_recvRPC(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src, size_t* len,
                lt_rpc_token_t* token, int64_t timeout_us) {
   if (e == nullptr || src == nullptr || len == nullptr || token == nullptr) return -LT_ERR_INVAL;
-  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us);
+  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::lazy_us(timeout_us);
   lt_node_t s = 0;
   size_t n = 0;
   uint64_t t = 0;
@@ -444,7 +444,7 @@ int LT_memcpy_async(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t 
 
 int LT_wait(lt_engine_t* e, lt_req_t req, int64_t timeout_us) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us);
+  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::lazy_us(timeout_us);
   return rc(e->core.wait(req, d));
 }
 

@@ -32,7 +32,25 @@ class Deadline {
     d.lazy_ns_ = ms * 1000000;
     return d;
   }
+  /// `us` from the first clock read that looks at it (fix(), or any query):
+  /// for caller-given timeouts of calls that spin a few polls before their
+  /// first clock read; the wait fixes it there, within about a microsecond
+  /// of the call. 0 is already expired.
+  static Deadline lazy_us(uint64_t us) {
+    if (us == 0) return Deadline(0);
+    if (us >= UINT64_MAX / 2000) return never();
+    Deadline d(0);
+    d.lazy_ns_ = us * 1000;
+    return d;
+  }
   explicit Deadline(uint64_t at_ns) : at_ns_(at_ns) {}
+  /// Starts a lazy deadline at `now` (a clock value the caller just read).
+  void fix(uint64_t now) const {
+    if (lazy_ns_ != 0) {
+      at_ns_ = now + lazy_ns_;
+      lazy_ns_ = 0;
+    }
+  }
   bool expired() const {
     uint64_t at = at_ns();
     return at != UINT64_MAX && now_ns() >= at;

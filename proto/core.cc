@@ -600,7 +600,7 @@ Status Core::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
               default_deadline(), true);
 }
 
-bool Core::progress() {
+bool Core::progress(const std::atomic<uint64_t>* watch) {
   if (transports_.empty()) return false;
   bool did = false;
   // One thread polls at a time (busy_). A caller that finds it taken leaves
@@ -641,7 +641,11 @@ bool Core::progress() {
         more_in_batch_ = false;
         t->release_rx(std::span<const Completion>(cq_.data(), n));
         t->flush();  // the batch's corked replies go now, not after the pass
+        if (watch != nullptr && (watch->load(std::memory_order_acquire) & 0xff) == kStDone) {
+          break;  // the waiter can go; another poll would only delay it
+        }
       }
+      if (watch != nullptr && (watch->load(std::memory_order_acquire) & 0xff) == kStDone) break;
     }
     holder_.store(std::thread::id(), std::memory_order_relaxed);
     busy_.store(false, std::memory_order_seq_cst);
@@ -756,8 +760,13 @@ void Core::finish(Request* r, Status s) {
   r->status = s.code();
   uint64_t w = r->word.load(std::memory_order_relaxed);
   r->word.store((w & ~uint64_t{0xff}) | kStDone, std::memory_order_seq_cst);
-  r->wake.fetch_add(1, std::memory_order_seq_cst);
-  if (r->sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&r->wake);
+  // A waiter counts itself in `sleepers` before its last look at the word:
+  // either it sees kStDone or we see it and bump `wake` (which its futex
+  // compares). No waiter asleep, no locked instruction.
+  if (r->sleepers.load(std::memory_order_seq_cst) != 0) {
+    r->wake.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&r->wake);
+  }
 }
 
 void Core::release(Request* r) {
@@ -833,10 +842,11 @@ Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
   uint64_t spin_until = 0, yield_at = 0;
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; (r->word.load(std::memory_order_acquire) & 0xff) != kStDone; ++i) {
-    if (!progress()) cpu_relax();
+    if (!progress(&r->word)) cpu_relax();
     if (i % 8 != 0) continue;  // the clock is not free either
     uint64_t now = now_ns();
     if (spin_until == 0) {
+      d.fix(now);  // a lazy deadline starts here, a few polls into the call
       spin_until = now + config_.engine.spin_us * 1000ull;
       yield_at = now + kSpinYieldNs;
       continue;
@@ -1650,6 +1660,13 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
 // a blocked sender has more than three quarters of its messages still
 // unconsumed here, so batching never withholds the credit it waits for
 // from a receiver that keeps receiving.
+// Credits owed to a peer, taken to ride on a message to it (a read first:
+// most messages owe none, and the exchange is a locked instruction).
+uint32_t Core::take_owed(PeerSlot& ps) {
+  if (ps.credits_owed.load(std::memory_order_relaxed) == 0) return 0;
+  return static_cast<uint32_t>(ps.credits_owed.exchange(0, std::memory_order_acq_rel));
+}
+
 void Core::send_credit(NodeId to) {
   if (to == self()) {
     apply_credits(to, 1);
@@ -1785,6 +1802,18 @@ void Core::deliver_eager(Request* r, NodeId from, std::span<const std::byte> dat
   finish(r, s);
 }
 
+// The entry of `port`, made on first use; ports live as long as the core.
+// Caller holds msg_mu_. One message stream usually uses one port: the last
+// lookup is kept.
+Core::Port& Core::port_locked(uint32_t port) {
+  if (last_port_ != nullptr && last_port_num_ == port) return *last_port_;
+  auto& p = ports_[port];
+  if (!p) p = std::make_unique<Port>();
+  last_port_num_ = port;
+  last_port_ = p.get();
+  return *p;
+}
+
 // Takes the oldest posted receive that is still pending (a cancelled one is
 // skipped and dropped). Caller holds msg_mu_.
 bool Core::claim_posted(Port& p, Request** out) {
@@ -1847,7 +1876,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
       return r.status();
     }
     MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
-    if (node != self()) m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
+    if (node != self()) m.credits = take_owed(ps);
     Status s;
     if (node == self()) {
       // To this node: delivered here, whatever the size (one copy).
@@ -1888,7 +1917,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
     }
     std::memcpy(stage_.addr + stage_off, buf, len);
     MsgRts m{make_header(MsgOp::kMsgRts, 0), port, 0, len, stage_.rkey, stage_off};
-    m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
+    m.credits = take_owed(ps);
     Status s = send(node, &m, sizeof(m), nullptr, 0, default_deadline(), false);
     if (!s.is_ok()) {
       stage_free(node, stage_off);
@@ -1917,7 +1946,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
   (*r)->out_len = len;
   (*r)->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
   MsgRts m{make_header(MsgOp::kMsgRts, id), port, 0, len, 0, 0};
-  m.credits = static_cast<uint32_t>(ps.credits_owed.exchange(0));
+  m.credits = take_owed(ps);
   Status s = send_request(*r, id, node, &m, sizeof(m), nullptr, 0);
   if (!s.is_ok()) {
     ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
@@ -1950,9 +1979,8 @@ void Core::match_recv(Request* req, ReqId id) {
   Unexpected u;
   bool place = false;
   {
-    std::lock_guard<std::mutex> g(msg_mu_);
-    auto& p = ports_[req->msg_port];
-    if (!p) p = std::make_unique<Port>();
+    std::lock_guard<SpinLock> g(msg_mu_);
+    Port* p = &port_locked(req->msg_port);
     if (p->unexpected.empty()) {
       req->peer.store(0);
       p->posted.push_back({id, req});
@@ -2069,9 +2097,8 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
       uint32_t port = rts ? load<MsgRts>(b).port : load<MsgEager>(b).port;
       apply_credits(from, rts ? load<MsgRts>(b).credits : load<MsgEager>(b).credits);
       Request* r = nullptr;
-      std::unique_lock<std::mutex> g(msg_mu_);
-      auto& p = ports_[port];
-      if (!p) p = std::make_unique<Port>();
+      std::unique_lock<SpinLock> g(msg_mu_);
+      Port* p = &port_locked(port);
       if (!claim_posted(*p, &r)) {
         Unexpected u;
         u.src = from;

@@ -24,6 +24,7 @@
 
 #include "common/config.h"
 #include "common/siphash.h"
+#include "common/spinlock.h"
 #include "proto/membership.h"
 #include "proto/msg.h"
 #include "proto/slot_table.h"
@@ -169,8 +170,9 @@ class Core {
   /// (bounded by tcp.max_msg_bytes). Blocking calls split longer ranges.
   uint64_t max_op_bytes() const { return max_payload_ - sizeof(RangeReq); }
 
-  /// One progress pass; true if it found work.
-  bool progress();
+  /// One progress pass; true if it found work. A waiter passes its
+  /// request's state word: the pass ends after the batch that completes it.
+  bool progress(const std::atomic<uint64_t>* watch = nullptr);
 
   /// Credits (message or RPC) came back since credit_epoch() returned
   /// `seen`? Callers out of credits read the epoch, try, and on kNoResource
@@ -339,8 +341,14 @@ class Core {
   std::deque<RpcJob> jobs_;
   bool jobs_stop_ = false;
   std::vector<std::thread> rpc_workers_;
-  std::mutex msg_mu_;  // guards ports_ (short sections, no syscalls)
+  // Guards ports_ and the cache (short sections: queue operations and an
+  // eager message's copy into the unexpected store; no system call).
+  SpinLock msg_mu_;
   std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
+  uint32_t last_port_num_ = 0;  // the last port looked up, and its entry
+  Port* last_port_ = nullptr;
+  Port& port_locked(uint32_t port);
+  static uint32_t take_owed(PeerSlot& ps);
   std::unique_ptr<PeerSlot[]> peers_;
   std::mutex stage_mu_;  // guards the stage allocator (no syscalls but the first alloc)
   transport::MemRegion stage_{};

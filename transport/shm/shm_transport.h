@@ -44,29 +44,12 @@
 
 #include "common/config.h"
 #include "common/net.h"
+#include "common/spinlock.h"
 #include "transport/transport.h"
 
 namespace lt::transport::shm {
 
-/// A test-and-set lock for the short critical sections of the hot path; never
-/// held across a system call.
-class SpinLock {
- public:
-  void lock() {
-    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire);) {
-      while (flag_.load(std::memory_order_relaxed)) relax(&spins);
-    }
-  }
-  bool try_lock() {
-    return !flag_.load(std::memory_order_relaxed) &&
-           !flag_.exchange(true, std::memory_order_acquire);
-  }
-  void unlock() { flag_.store(false, std::memory_order_release); }
-
- private:
-  static void relax(int* spins);
-  std::atomic<bool> flag_{false};
-};
+using lt::SpinLock;
 
 class ShmConn;
 

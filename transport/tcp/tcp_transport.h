@@ -128,7 +128,7 @@ class TcpTransport final : public Transport {
   static constexpr uint32_t kEpollEvery = 16;
   size_t read_ready(std::span<Completion> out, size_t n);
   uint32_t idle_polls_ = 0;
-  static constexpr uint32_t kIdlePolls = 64;  // listener-only: epoll_wait every 64th poll
+  static constexpr uint32_t kIdlePolls = 1024;  // listener-only: epoll_wait every 1024th poll
   void sweep_unidentified();
 
   // Connections holding corked frames (kWrMore), for flush().
