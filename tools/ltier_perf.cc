@@ -15,6 +15,10 @@
 //   lat op=send size=S ...                             (LT_send + LT_recv of the echo)
 //   bw op=send size=S window=1 MBps=X                  (back-to-back LT_send, with --bw)
 //
+// A latency sample is the time from the end of one iteration to the end of
+// the next (one clock read per iteration, as ucx_perftest takes it), so the
+// loop's own work is in every sample, as it is in ucx_perftest's.
+//
 //   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,send] [--sizes 8,4096,65536,1048576]
 //   [--iters N]
 //              [--warmup N] [--bw] [--window W] [--join] [--join-tries N]
@@ -45,6 +49,26 @@ using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
+
+// Per-iteration latencies: lap() at the end of each iteration records the
+// time since the previous lap (one clock read per iteration).
+class Laps {
+ public:
+  explicit Laps(int n) {
+    lat_.reserve(static_cast<size_t>(n));
+    prev_ = Clock::now();
+  }
+  void lap(bool keep) {
+    auto now = Clock::now();
+    if (keep) lat_.push_back(std::chrono::duration<double, std::micro>(now - prev_).count());
+    prev_ = now;
+  }
+  const std::vector<double>& lat() const { return lat_; }
+
+ private:
+  Clock::time_point prev_;
+  std::vector<double> lat_;
+};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;
@@ -291,16 +315,15 @@ int main(int argc, char** argv) {
   for (const auto& op : ops) {
     if (op == "fetch_add") {
       // One LT_fetch_add round trip on a word of the server's LMR.
-      std::vector<double> lat;
       int w = warmup >= 0 ? warmup : iters / 10 + 1;
+      Laps laps(iters);
       for (int i = 0; i < w + iters; ++i) {
         uint64_t old;
-        auto t0 = Clock::now();
         if (int rc = LT_fetch_add(e, h, 0, 1, &old); rc != 0) die("fetch_add", rc);
-        if (i >= w) lat.push_back(us_since(t0));
+        laps.lap(i >= w);
       }
-      printf("lat op=fetch_add size=8 iters=%d p50_us=%.2f p99_us=%.2f\n", iters, pct(lat, 50),
-             pct(lat, 99));
+      printf("lat op=fetch_add size=8 iters=%d p50_us=%.2f p99_us=%.2f\n", iters,
+             pct(laps.lat(), 50), pct(laps.lat(), 99));
       fflush(stdout);
       continue;
     }
@@ -310,15 +333,15 @@ int main(int argc, char** argv) {
         int n = size > 4096 ? std::max(200, static_cast<int>(iters * 4096.0 / size)) : iters;
         n = std::min(n, iters);
         int w = warmup >= 0 ? warmup : n / 10 + 1;
-        std::vector<double> lat;
         std::vector<char> rep(size);
+        Laps laps(n);
         for (int i = 0; i < w + n; ++i) {
           size_t got = 0;
-          auto t0 = Clock::now();
           int rc = LT_RPC(e, peer, 1, buf.data(), size, rep.data(), size, &got);
           if (rc != 0) die("rpc", rc);
-          if (i >= w) lat.push_back(us_since(t0));
+          laps.lap(i >= w);
         }
+        const std::vector<double>& lat = laps.lat();
         printf("lat op=rpc size=%llu iters=%d p50_us=%.2f p99_us=%.2f\n",
                static_cast<unsigned long long>(size), n, pct(lat, 50), pct(lat, 99));
         fflush(stdout);
@@ -332,17 +355,17 @@ int main(int argc, char** argv) {
         int n = size > 4096 ? std::max(200, static_cast<int>(iters * 4096.0 / size)) : iters;
         n = std::min(n, iters);
         int w = warmup >= 0 ? warmup : n / 10 + 1;
-        std::vector<double> lat;
         std::vector<char> back(size + 1);
+        Laps laps(n);
         for (int i = 0; i < w + n; ++i) {
           lt_node_t src = 0;
           size_t got = 0;
-          auto t0 = Clock::now();
           int rc = LT_send(e, peer, 1, buf.data(), size);
           if (rc == 0) rc = LT_recv(e, 2, back.data(), back.size(), &src, &got, -1);
           if (rc != 0) die("send/recv", rc);
-          if (i >= w) lat.push_back(us_since(t0));
+          laps.lap(i >= w);
         }
+        const std::vector<double>& lat = laps.lat();
         printf("lat op=send size=%llu iters=%d p50_us=%.2f p99_us=%.2f\n",
                static_cast<unsigned long long>(size), n, pct(lat, 50), pct(lat, 99));
         fflush(stdout);
@@ -425,14 +448,13 @@ int main(int argc, char** argv) {
       if (size > 4096) n = std::max(200, static_cast<int>(iters * 4096.0 / size));
       n = std::min(n, iters);
       int w = warmup >= 0 ? warmup : n / 10 + 1;
-      std::vector<double> lat;
-      lat.reserve(n);
+      Laps laps(n);
       for (int i = 0; i < w + n; ++i) {
-        auto t0 = Clock::now();
         int rc = is_read ? LT_read(e, h, 0, buf.data(), size) : LT_write(e, h, 0, buf.data(), size);
         if (rc != 0) die(op.c_str(), rc);
-        if (i >= w) lat.push_back(us_since(t0));
+        laps.lap(i >= w);
       }
+      const std::vector<double>& lat = laps.lat();
       printf("lat op=%s size=%llu iters=%d p50_us=%.2f p99_us=%.2f\n", op.c_str(),
              static_cast<unsigned long long>(size), n, pct(lat, 50), pct(lat, 99));
       fflush(stdout);
