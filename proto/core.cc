@@ -436,6 +436,16 @@ void Core::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
 void Core::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   auto q = load<RpcReq>(b);
   auto in = b.subspan(sizeof(RpcReq));
+  if (rpc_workers_.empty()) {
+    if (const RpcHandler* f = handler_for(q.func); f != nullptr) {  // no lock, no refcount
+      if (!rpc_out_) {
+        rpc_out_cap_ = max_payload_ - sizeof(MsgHeader);
+        rpc_out_.reset(new std::byte[rpc_out_cap_]);  // not zeroed: pages stay untouched
+      }
+      run_rpc(from, h.req_id, *f, in, std::span<std::byte>(rpc_out_.get(), rpc_out_cap_));
+      return;
+    }
+  }
   std::shared_ptr<RpcHandler> fn;
   RpcQueue* queue = nullptr;
   {
@@ -1595,8 +1605,23 @@ Status Core::register_rpc(uint32_t func_id, RpcHandler h) {
   if (func_id > 0xffff || !h) return Code::kInvalidArg;
   std::unique_lock<std::shared_mutex> g(rpc_mu_);
   if (handlers_.count(func_id)) return Code::kExists;
-  handlers_[func_id] = std::make_shared<RpcHandler>(std::move(h));
+  auto& fn = handlers_[func_id];
+  fn = std::make_shared<RpcHandler>(std::move(h));
+  HandlerSlot* page = handler_pages_[func_id >> 8].load(std::memory_order_relaxed);
+  if (page == nullptr) {
+    handler_page_store_.emplace_back(new HandlerSlot[256]());
+    page = handler_page_store_.back().get();
+    handler_pages_[func_id >> 8].store(page, std::memory_order_release);
+  }
+  page[func_id & 0xff].store(fn.get(), std::memory_order_release);
   return Status::ok();
+}
+
+// Handlers are never removed, so the pointer stays good for the core's life.
+const Core::RpcHandler* Core::handler_for(uint32_t func_id) const {
+  if (func_id > 0xffff) return nullptr;
+  HandlerSlot* page = handler_pages_[func_id >> 8].load(std::memory_order_acquire);
+  return page == nullptr ? nullptr : page[func_id & 0xff].load(std::memory_order_acquire);
 }
 
 Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len,
@@ -1655,11 +1680,6 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
 
 // ---------------------------------------------------------------- messaging
 
-// A message from `to` was consumed. Credits go back piggybacked on the next
-// message to `to`, or in one MsgCredit per quarter of engine.msg_credits:
-// a blocked sender has more than three quarters of its messages still
-// unconsumed here, so batching never withholds the credit it waits for
-// from a receiver that keeps receiving.
 // Credits owed to a peer, taken to ride on a message to it (a read first:
 // most messages owe none, and the exchange is a locked instruction).
 uint32_t Core::take_owed(PeerSlot& ps) {
@@ -1667,6 +1687,11 @@ uint32_t Core::take_owed(PeerSlot& ps) {
   return static_cast<uint32_t>(ps.credits_owed.exchange(0, std::memory_order_acq_rel));
 }
 
+// A message from `to` was consumed. Credits go back piggybacked on the next
+// message to `to`, or in one MsgCredit per quarter of engine.msg_credits:
+// a blocked sender has more than three quarters of its messages still
+// unconsumed here, so batching never withholds the credit it waits for
+// from a receiver that keeps receiving.
 void Core::send_credit(NodeId to) {
   if (to == self()) {
     apply_credits(to, 1);

@@ -323,8 +323,14 @@ class Core {
     std::atomic<int32_t> credits_owed{0};   // its messages consumed here, not yet credited
   };
   std::shared_mutex rpc_mu_;  // handlers_ is read per call, written at registration
-  std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;
+  std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;  // never erased
   std::unordered_map<uint32_t, std::unique_ptr<RpcQueue>> rpc_queues_;  // never erased
+  // The handlers again, read per call without a lock: function id >> 8
+  // picks a page of 256 slots (made at registration, under rpc_mu_).
+  using HandlerSlot = std::atomic<const RpcHandler*>;
+  std::atomic<HandlerSlot*> handler_pages_[256] = {};
+  std::vector<std::unique_ptr<HandlerSlot[]>> handler_page_store_;  // under rpc_mu_
+  const RpcHandler* handler_for(uint32_t func_id) const;
   std::unique_ptr<std::byte[]> rpc_out_;  // reply scratch; used by the progress token holder
   size_t rpc_out_cap_ = 0;
   std::mutex rpcq_mu_;  // guards every RpcQueue's contents and pending_replies_
