@@ -378,6 +378,9 @@ class Core {
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
   static constexpr int kMaxBatchesPerPass = 16;
+  // While passes find work, the progress thread looks at the manager socket
+  // this often (its answers to lock, barrier and name calls, membership).
+  static constexpr uint64_t kBusyManagerCheckNs = 100000;
   static constexpr uint64_t kSpinYieldNs = 4000;          // a waiter yields its core this often
   static constexpr uint64_t kMaxRendezvousSpinUs = 1000;  // see rendezvous_spin_us
   static constexpr uint64_t kMaxParkNs = 1000000;         // progress thread's longest park (1 ms)
