@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 namespace lt {
 
@@ -130,6 +131,14 @@ Status set_value(const ConfigKey& k, const std::string& v, std::string* error) {
   return Status::ok();
 }
 
+// True when some key lives under `path` ("tcp" for "tcp.listen").
+bool is_section(const std::string& path, const std::vector<ConfigKey>& keys) {
+  for (const auto& k : keys) {
+    if (std::string_view(k.path).starts_with(path) && k.path[path.size()] == '.') return true;
+  }
+  return false;
+}
+
 Status walk(const YAML::Node& node, const std::string& prefix, std::vector<ConfigKey>& keys,
             std::string* error) {
   if (!node.IsMap()) {
@@ -140,6 +149,13 @@ Status walk(const YAML::Node& node, const std::string& prefix, std::vector<Confi
     std::string name = kv.first.as<std::string>();
     std::string path = prefix.empty() ? name : prefix + "." + name;
     if (kv.second.IsMap()) {
+      // Only into sections that exist: an alias may make a map contain
+      // itself (tcp: &t {x: *t}), and a chain of aliases can make the tree
+      // exponentially large, so walking unknown maps could recurse forever.
+      if (!is_section(path, keys)) {
+        if (error) *error = "unknown config section '" + path + "' (see ltier-info --config)";
+        return Code::kInvalidArg;
+      }
       LT_RETURN_IF_ERROR(walk(kv.second, path, keys, error));
       continue;
     }

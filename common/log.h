@@ -1,6 +1,7 @@
 // Logging. The level comes from LTIER_LOG (error, warn, info, debug, trace;
-// default warn) and is read once per process: logging is the one piece of
-// process-wide state (a later node daemon hosts one Engine per process too).
+// off logs nothing; default warn) and is read once per process: logging is the
+// one piece of process-wide state (a later node daemon hosts one Engine per
+// process too).
 // Log where an error is first named; above that, propagate the Status.
 #pragma once
 

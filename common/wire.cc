@@ -16,9 +16,11 @@ Status decode_frame_header(std::span<const std::byte> bytes, uint32_t max_len, F
 }
 
 std::string_view Reader::str(size_t max_len) {
+  const size_t start = pos_;
   uint16_t n = u16();
   if (!ok_ || n > max_len || buf_.size() - pos_ < n) {
     ok_ = false;
+    pos_ = start;  // a failed read consumes nothing, its length field included
     return {};
   }
   std::string_view s(reinterpret_cast<const char*>(buf_.data() + pos_), n);

@@ -60,7 +60,12 @@ Status CtlStream::next(std::string* payload) {
     return Code::kMalformed;
   }
   if (bytes.size() < sizeof(h) + h.length) return Code::kNoResource;
-  payload->assign(buf_.data() + begin_ + sizeof(h), h.length);
+  const char* body = buf_.data() + begin_ + sizeof(h);
+  const uint8_t t = static_cast<uint8_t>(body[0]);
+  // A frame of an unknown type is consumed like the others, but its payload
+  // is not handed out: outputs are set only on success.
+  const bool known = t != 0 && t <= kMaxCtlType;
+  if (known) payload->assign(body, h.length);
   begin_ += sizeof(h) + h.length;
   if (begin_ == buf_.size()) {
     buf_.clear();
@@ -69,9 +74,7 @@ Status CtlStream::next(std::string* payload) {
     buf_.erase(0, begin_);
     begin_ = 0;
   }
-  uint8_t t = static_cast<uint8_t>((*payload)[0]);
-  if (t == 0 || t > kMaxCtlType) return Code::kMalformed;
-  return Status::ok();
+  return known ? Status::ok() : Status(Code::kMalformed);
 }
 
 }  // namespace lt::proto

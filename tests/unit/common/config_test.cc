@@ -104,6 +104,29 @@ TEST(ConfigTest, UnknownKeyIsNamed) {
   EXPECT_NE(err.find("bogus"), std::string::npos) << err;
 }
 
+// Found by tests/fuzz/config_fuzz.cc: an alias can make a map contain itself,
+// and the loader walked every map whatever its name, so this overflowed the
+// stack. Maps are walked only where a section of keys exists.
+TEST(ConfigTest, AliasCycleIsRefused) {
+  Config c;
+  std::string err;
+  EXPECT_EQ(load_config_text("tcp: &t\n  listen: *t\n", &c, &err).code(), Code::kInvalidArg);
+  EXPECT_NE(err.find("tcp.listen"), std::string::npos) << err;
+  EXPECT_EQ(load_config_text("bogus: &b {x: *b}", &c, &err).code(), Code::kInvalidArg);
+  EXPECT_NE(err.find("bogus"), std::string::npos) << err;
+  EXPECT_EQ(c.tcp.listen, Config{}.tcp.listen);
+}
+
+TEST(ConfigTest, UnknownSectionIsNamed) {
+  Config c;
+  std::string err;
+  EXPECT_EQ(load_config_text("tpc: {}", &c, &err).code(), Code::kInvalidArg);
+  EXPECT_NE(err.find("tpc"), std::string::npos) << err;
+  EXPECT_EQ(load_config_text("tcp: {listen: {x: 1}}", &c, &err).code(), Code::kInvalidArg);
+  EXPECT_NE(err.find("tcp.listen"), std::string::npos) << err;
+  EXPECT_TRUE(load_config_text("tcp: {}", &c, &err).is_ok()) << err;  // known, empty
+}
+
 TEST(ConfigTest, SectionAsScalarIsUnknownKey) {
   Config c;
   std::string err;

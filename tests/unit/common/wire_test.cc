@@ -239,6 +239,23 @@ TEST(ReaderTest, StrLengthBeyondBufferFails) {
   EXPECT_FALSE(r.ok());
 }
 
+// Found by tests/fuzz/wire_fuzz.cc: a str() that failed after its length
+// field (too long, or longer than the buffer) had consumed those two bytes.
+TEST(ReaderTest, FailedStrConsumesNothing) {
+  std::string buf;
+  Writer w(&buf);
+  w.u8(1);
+  w.str("too long");
+  for (size_t max_len : {size_t{7}, size_t{1024}}) {
+    std::string b = max_len == 7 ? buf : buf.substr(0, buf.size() - 1);  // 7: over the limit
+    Reader r(as_bytes(b));
+    EXPECT_EQ(r.u8(), 1u);
+    EXPECT_TRUE(r.str(max_len).empty());
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.pos(), 1u) << max_len;
+  }
+}
+
 TEST(ReaderTest, StrLengthPrefixTruncated) {
   std::string buf("\x05", 1);
   Reader r(as_bytes(buf));

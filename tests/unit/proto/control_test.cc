@@ -170,6 +170,20 @@ TEST_F(CtlStreamTest, UnknownCtlTypeIsMalformed) {
   }
 }
 
+// Found by tests/fuzz/control_fuzz.cc: next() copied the payload of a frame
+// of unknown type into *payload before it refused the frame.
+TEST_F(CtlStreamTest, UnknownCtlTypeLeavesPayloadAlone) {
+  write_bytes(raw_frame(wire::FrameKind::kControl, "\x63 unknown type"));
+  write_bytes(ctl_frame(CtlType::kLeave, ""));
+  ASSERT_TRUE(stream_.fill(rd_).is_ok());
+  std::string payload = "untouched";
+  EXPECT_EQ(stream_.next(&payload).code(), Code::kMalformed);
+  EXPECT_EQ(payload, "untouched");
+  // The bad frame was consumed, as before: the next one follows.
+  ASSERT_TRUE(stream_.next(&payload).is_ok());
+  EXPECT_EQ(payload, std::string(1, static_cast<char>(CtlType::kLeave)));
+}
+
 TEST_F(CtlStreamTest, EofIsPeerDown) {
   close_writer();
   EXPECT_EQ(stream_.fill(rd_).code(), Code::kPeerDown);
