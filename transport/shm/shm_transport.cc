@@ -1244,7 +1244,9 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
           continue;
         }
         case RecKind::kFragFirst:
-          if (c->staging_ || h.total > config_.max_msg_bytes || h.len > h.total) {
+          // An empty message is never fragmented (and would reassemble
+          // into no buffer at all).
+          if (c->staging_ || h.total == 0 || h.total > config_.max_msg_bytes || h.len > h.total) {
             bad = "bad first fragment";
             break;
           }
