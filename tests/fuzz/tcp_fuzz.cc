@@ -61,7 +61,7 @@ struct Region {
 };
 constexpr size_t kGuard = 4096;
 constexpr Region kRegions[kNumRegs] = {
-    {kGuard, 80 * 1024, Access::kRemoteWrite, false},                     // W: larger than one recv
+    {kGuard, 80 * 1024, Access::kRemoteWrite, false},  // W: above the 64 KiB rx buffer
     {kGuard + 80 * 1024 + kGuard, 1024, Access::kRemoteRead, false},      // R: not writable
     {kGuard + 81 * 1024 + 2 * kGuard, 0, Access::kRemoteWrite, false},    // Z: empty
     {kGuard + 81 * 1024 + 3 * kGuard, 1024, Access::kRemoteWrite, true},  // D: deregistered
