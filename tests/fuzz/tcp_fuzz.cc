@@ -332,9 +332,14 @@ Outcome reference(const World& w, const std::string& s) {
     }
     if (left - 16 < len) break;  // EOF inside the body
     if (kind == 1) {
+      if (peer != kNoNode) {  // a second hello, of any length
+        ++o.malformed;
+        break;
+      }
+      // The first frame is 16 bytes long here (checked with the header).
       uint32_t node = u32(at + 16), res = u32(at + 20);
       uint64_t token = u64(at + 24);
-      if (peer != kNoNode || token != kToken || res != 0 || node == kNoNode || node == kSelf) {
+      if (token != kToken || res != 0 || node == kNoNode || node == kSelf) {
         ++o.malformed;
         break;
       }
