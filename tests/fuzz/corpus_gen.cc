@@ -338,6 +338,8 @@ void tcp_seeds() {
   put("tcp", "hello-bad-token", u8(20) + u8(31) + hello_rec(16) + data_rec("x"));
   put("tcp", "hello-reserved", u8(21) + u8(31) + hello_rec(32) + data_rec("x"));
   put("tcp", "hello-twice", u8(22) + u8(31) + hello + hello_rec(1));
+  // Node 77, the keeper, is connected already: a redundant connection.
+  put("tcp", "hello-keeper", u8(29) + u8(31) + hello_rec(2) + data_rec("from a second connection"));
   put("tcp", "control-kind", u8(23) + u8(31) + hello + header_rec(0, 4, 1, 0) + raw_rec("x"));
   put("tcp", "imm-on-data", u8(24) + u8(31) + hello + header_rec(0, 2, 0, 5));
   put("tcp", "bad-magic", u8(25) + u8(31) + header_rec(1, 1, 16, 0));

@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
   long long iterations = 20000, only = -1;
   uint64_t seed = 1;
   size_t max_len = 4096;
-  double max_seconds = 60;
+  double max_seconds = 30;
   std::string dump;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
