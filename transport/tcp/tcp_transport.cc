@@ -813,7 +813,8 @@ size_t TcpTransport::poll(std::span<Completion> out) {
     for (auto& [p, c] : conns_) list_.push_back(c);
     list_gen_ = gen;
   }
-  if (list_.size() <= kDirectPollConns && ++direct_polls_ % kEpollEvery != 0) {
+  // (With no connection there is nothing to try: the listener needs epoll.)
+  if (!list_.empty() && list_.size() <= kDirectPollConns && ++direct_polls_ % kEpollEvery != 0) {
     for (auto& sp : list_) {
       Conn* c = sp.get();
       if (c->closed_ || c->in_ready_) continue;
