@@ -299,18 +299,9 @@ class ShmConn {
     return stamp_at(rx_ring_, rx_pos_ & mask_).load(mo) == stamp_of(rx_pos_);
   }
 
-  // Poller: hands consumed ring bytes back to the producer, in batches of
-  // an eighth of the ring (the seq_cst store is a locked instruction: not
-  // one per message), at once when the producer asked for room or `force`
-  // (going to sleep). An idle consumer holds back less than an eighth, so a
-  // producer always finds more than half the ring free once it has caught
-  // up: nothing waits on a held-back tail.
-  void publish_tail(bool force = false) {
+  // Poller: hands consumed ring bytes back to the producer.
+  void publish_tail() {
     if (rx_pos_ == rx_released_) return;
-    if (!force && rx_pos_ - rx_released_ < (ring_ >> 3) &&
-        aref(rx_ctrl_->want_space).load(std::memory_order_relaxed) == 0) {
-      return;
-    }
     rx_released_ = rx_pos_;
     aref(rx_ctrl_->tail).store(rx_pos_, std::memory_order_seq_cst);
     uint32_t& w = rx_ctrl_->want_space;
@@ -413,10 +404,14 @@ class ShmConn {
                 sizeof(h) - sizeof(h.stamp));
   }
   // The record at tx_head_ (ring offset idx), `bytes` long, is complete.
+  // tx_head_ moves first: the consumer may take the record and publish a
+  // tail past it at once, and room_locked() reads a tail beyond tx_head_ as
+  // the peer's bug (no room).
   void publish_record(uint64_t idx, uint64_t bytes) {
-    stamp_at(tx_ring_, idx).store(stamp_of(tx_head_), std::memory_order_release);
-    last_idx_ = idx;
+    const uint64_t pos = tx_head_;
     tx_head_ += bytes;
+    last_idx_ = idx;
+    stamp_at(tx_ring_, idx).store(stamp_of(pos), std::memory_order_release);
   }
   void write_pad_locked(uint64_t idx, uint64_t bytes) {
     write_header(idx, RecKind::kPad, bytes - kRecHdr, 0, 0);
@@ -1328,7 +1323,6 @@ void ShmTransport::try_arm() {
   for (auto& sp : list_) {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
-    if (!c->lent_) c->publish_tail(true);  // a producer may be waiting for room
     aref(c->rx_ctrl_->want_data).store(1, std::memory_order_seq_cst);
     if (c->rx_ready(std::memory_order_seq_cst) || c->hup_) {
       work = true;
@@ -1367,7 +1361,14 @@ bool ShmTransport::handle_events(std::span<Completion> out, size_t* n) {
     auto* c = reinterpret_cast<ShmConn*>(static_cast<uintptr_t>(tag & ~kBellBit));
     if (c->closed_) continue;
     if (tag & kBellBit) {
-      drain_fd(c->my_bell_.get());  // the rings say what happened
+      // The rings say what happened. A bell counts as activity: the side
+      // that rang it cleared our wake-up request (want_data/want_space), so
+      // we must not sleep again without asking anew (try_arm does, after
+      // the spin). Staying armed here lost wake-ups: a bell for a record
+      // already taken, or for room that was not yet enough, and the next
+      // record or room came without one.
+      drain_fd(c->my_bell_.get());
+      active = true;
       continue;
     }
     on_socket(c, evs[i].events, out, n);
@@ -1436,7 +1437,6 @@ size_t ShmTransport::poll(std::span<Completion> out) {
     ShmConn* c = list_[at < k ? at : at - k].get();
     if (c->closed_ || !c->mapped()) continue;
     if (c->has_backlog_.load(std::memory_order_acquire)) active |= c->flush_from_poller();
-    if (!c->lent_ && c->rx_pos_ != c->rx_released_) c->publish_tail();  // held back: asked for?
     active |= read_ring(c, out, &n);
     if (c->hup_ && !c->closed_ && n < out.size() && !c->rx_ready()) {
       close_conn(c, out, &n, "closed by peer");
