@@ -441,7 +441,10 @@ void Core::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
 void Core::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   auto q = load<RpcReq>(b);
   auto in = b.subspan(sizeof(RpcReq));
-  if (rpc_workers_.empty()) {
+  // The config, not rpc_workers_: join() fills that vector while the
+  // progress thread may already serve.
+  const bool on_pool = config_.engine.rpc_workers > 0;
+  if (!on_pool) {
     if (const RpcHandler* f = handler_for(q.func); f != nullptr) {  // no lock, no refcount
       if (!rpc_out_) {
         rpc_out_cap_ = max_payload_ - sizeof(MsgHeader);
@@ -462,7 +465,7 @@ void Core::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte>
       queue = qi->second.get();
     }
   }
-  if (fn && !rpc_workers_.empty()) {
+  if (fn && on_pool) {
     RpcJob job{from, h.req_id, std::move(fn), std::vector<std::byte>(in.begin(), in.end())};
     {
       std::lock_guard<std::mutex> g(jobs_mu_);
