@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include "common/config.h"
@@ -259,24 +260,26 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
 int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
   lt::Deadline d = deadline(e);
+  // Out of credits (the receiver has not consumed enough), the call makes a
+  // CreditWatch, tries again (credits that came back before the watch are
+  // seen), then waits for the epoch to move (spin, then sleep).
+  std::optional<lt::proto::Core::CreditWatch> watch;
   for (;;) {
     uint32_t epoch = e->core.credit_epoch();
     lt::Status now = e->core.send_now(node, port, buf, len);
     if (now.is_ok()) return 0;
-    if (now.code() != lt::Code::kUnsupported && now.code() != lt::Code::kNoResource) {
-      return rc(now);
+    lt::Status out = now;
+    if (now.code() == lt::Code::kUnsupported) {  // too big for eager: rendezvous
+      auto r = e->core.send_async(node, port, buf, len);
+      if (r.is_ok()) return rc(e->core.wait_or_cancel(r.value(), d));
+      out = r.status();
     }
-    if (now.code() == lt::Code::kNoResource) {
-      if (d.expired()) return rc(now);
-      if (!e->core.wait_credits(epoch, d).is_ok()) return rc(now);
+    if (out.code() != lt::Code::kNoResource || d.expired()) return rc(out);
+    if (!watch) {
+      watch.emplace(e->core);
       continue;
     }
-    auto r = e->core.send_async(node, port, buf, len);
-    if (r.is_ok()) return rc(e->core.wait_or_cancel(r.value(), d));
-    // No credit: the receiver has not consumed enough. Wait until credits
-    // come back (spin, then sleep), then retry.
-    if (r.status().code() != lt::Code::kNoResource || d.expired()) return rc(r.status());
-    if (!e->core.wait_credits(epoch, d).is_ok()) return rc(r.status());
+    if (!e->core.wait_credits(epoch, d).is_ok()) return rc(out);
   }
 }
 
@@ -377,6 +380,7 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
   if (e == nullptr || out_len == nullptr) return -LT_ERR_INVAL;
   lt::Deadline d = deadline(e);
   size_t n = 0;
+  std::optional<lt::proto::Core::CreditWatch> watch;  // as in LT_send
   for (;;) {
     uint32_t epoch = e->core.credit_epoch();
     auto r = e->core.rpc_async(node, func_id, in, in_len, out, out_cap, &n);
@@ -387,6 +391,10 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
     }
     // Out of credits: wait for replies to return some.
     if (r.status().code() != lt::Code::kNoResource || d.expired()) return rc(r.status());
+    if (!watch) {
+      watch.emplace(e->core);
+      continue;
+    }
     if (!e->core.wait_credits(epoch, d).is_ok()) return rc(r.status());
   }
 }

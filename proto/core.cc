@@ -632,6 +632,10 @@ bool Core::progress(const std::atomic<uint64_t>* watch) {
   for (;;) {
     want_.store(false, std::memory_order_relaxed);
     holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    if (held_rx_ != nullptr) {  // the last pass's watched message: its room goes back now
+      held_rx_->release_rx(std::span<const Completion>(&held_cq_, 1));
+      held_rx_ = nullptr;
+    }
     for (auto& t : transports_) t->flush();  // calls held by rpc_async (cheap when none)
     // A bounded pass (16 batches per transport, and 2 ms): under a steady
     // stream the caller (the progress thread: heartbeats, the manager
@@ -657,11 +661,19 @@ bool Core::progress(const std::atomic<uint64_t>* watch) {
           if (i % 8 == 7 && on_progress_thread) (void)membership_.heartbeat(now_ns());
         }
         more_in_batch_ = false;
-        t->release_rx(std::span<const Completion>(cq_.data(), n));
-        t->flush();  // the batch's corked replies go now, not after the pass
-        if (watch != nullptr && (watch->load(std::memory_order_acquire) & 0xff) == kStDone) {
-          break;  // the waiter can go; another poll would only delay it
+        const bool watched_done =
+            watch != nullptr && (watch->load(std::memory_order_acquire) & 0xff) == kStDone;
+        if (watched_done && n == 1 && cq_[0].len <= kHoldRxBytes) {
+          // A ping-pong's message: handing its ring room back (a locked
+          // store to a line the peer reads) can wait for the next pass, out
+          // of the waiter's way. Only a small one: the peer needs no room.
+          held_rx_ = t.get();
+          held_cq_ = cq_[0];
+        } else {
+          t->release_rx(std::span<const Completion>(cq_.data(), n));
         }
+        t->flush();               // the batch's corked replies go now, not after the pass
+        if (watched_done) break;  // the waiter can go; another poll would only delay it
       }
       if (watch != nullptr && (watch->load(std::memory_order_acquire) & 0xff) == kStDone) break;
     }
@@ -1602,8 +1614,10 @@ void Core::return_rpc_credit(NodeId n) {
   std::atomic<int32_t>& c = peers_[n].rpc_in_flight;
   int32_t v = c.load(std::memory_order_acquire);
   while (v > 0) {
-    if (c.compare_exchange_weak(v, v - 1, std::memory_order_acq_rel)) {
-      credits_returned();
+    // seq_cst with the watcher count read after it, against the caller's
+    // CreditWatch and then its credit take (rpc_async): one sees the other.
+    if (c.compare_exchange_weak(v, v - 1, std::memory_order_seq_cst)) {
+      if (credit_watchers_.load(std::memory_order_seq_cst) != 0) credits_returned();
       return;
     }
   }
@@ -1658,7 +1672,7 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
   // Credits: at most rpc_ring_slots calls outstanding at one server, so its
   // ring for us never overflows. A credit comes back with each reply.
   PeerSlot& ps = peers_[node];
-  int32_t used = ps.rpc_in_flight.fetch_add(1, std::memory_order_acq_rel);
+  int32_t used = ps.rpc_in_flight.fetch_add(1, std::memory_order_seq_cst);
   if (used >= static_cast<int32_t>(config_.engine.rpc_ring_slots)) {
     ps.rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
     return Code::kNoResource;
@@ -1688,30 +1702,51 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
 
 // ---------------------------------------------------------------- messaging
 
-// Credits owed to a peer, taken to ride on a message to it (a read first:
-// most messages owe none, and the exchange is a locked instruction).
+// Credits owed to a peer, taken to ride on a message to it (reads first:
+// most messages owe none, and the compare-exchange is a locked instruction).
 uint32_t Core::take_owed(PeerSlot& ps) {
-  if (ps.credits_owed.load(std::memory_order_relaxed) == 0) return 0;
-  return static_cast<uint32_t>(ps.credits_owed.exchange(0, std::memory_order_acq_rel));
+  uint32_t c = ps.consumed.load(std::memory_order_acquire);
+  uint32_t r = ps.credited.load(std::memory_order_relaxed);
+  while (static_cast<int32_t>(c - r) > 0) {
+    if (ps.credited.compare_exchange_weak(r, c, std::memory_order_acq_rel)) return c - r;
+  }
+  return 0;  // none, or another sender took them
 }
 
-// A message from `to` was consumed. Credits go back piggybacked on the next
-// message to `to`, or in one MsgCredit per quarter of engine.msg_credits:
-// a blocked sender has more than three quarters of its messages still
-// unconsumed here, so batching never withholds the credit it waits for
-// from a receiver that keeps receiving.
+// A message from `from` was consumed. Credits go back piggybacked on the
+// next message to `from`, or in one MsgCredit per quarter of
+// engine.msg_credits: a blocked sender has more than three quarters of its
+// messages still unconsumed here, so batching never withholds the credit it
+// waits for from a receiver that keeps receiving. msg_mu_ is held: the
+// only writer of `consumed`, so counting is no locked instruction.
+bool Core::count_consumed_locked(NodeId from) {
+  if (from == 0 || from >= kMaxNodes) return false;
+  PeerSlot& ps = peers_[from];
+  uint32_t c = ps.consumed.load(std::memory_order_relaxed) + 1;
+  ps.consumed.store(c, std::memory_order_release);
+  if (from == self()) return true;  // to ourselves: back at once
+  int32_t batch = std::max<int32_t>(1, static_cast<int32_t>(config_.engine.msg_credits / 4));
+  return static_cast<int32_t>(c - ps.credited.load(std::memory_order_relaxed)) >= batch;
+}
+
+void Core::credit_consumed(NodeId from) {
+  bool due;
+  {
+    std::lock_guard<SpinLock> g(msg_mu_);
+    due = count_consumed_locked(from);
+  }
+  if (due) send_credit(from);
+}
+
+// Sends what is owed to `to` now (count_consumed_locked said a MsgCredit is due).
 void Core::send_credit(NodeId to) {
+  uint32_t n = take_owed(peers_[to]);
+  if (n == 0) return;  // a piggybacking sender took them
   if (to == self()) {
-    apply_credits(to, 1);
+    apply_credits(to, n);
     return;
   }
-  if (to == 0 || to >= kMaxNodes) return;
-  std::atomic<int32_t>& owed = peers_[to].credits_owed;
-  int32_t batch = std::max<int32_t>(1, static_cast<int32_t>(config_.engine.msg_credits / 4));
-  if (owed.fetch_add(1, std::memory_order_acq_rel) + 1 < batch) return;
-  int32_t n = owed.exchange(0, std::memory_order_acq_rel);
-  if (n <= 0) return;  // a piggybacking sender took them
-  MsgCredit c{make_header(MsgOp::kMsgCredit, 0), static_cast<uint32_t>(n), 0};
+  MsgCredit c{make_header(MsgOp::kMsgCredit, 0), n, 0};
   (void)send(to, &c, sizeof(c), nullptr, 0, default_deadline(), true);
 }
 
@@ -1723,8 +1758,8 @@ void Core::apply_credits(NodeId from, uint32_t count) {
   int32_t v = f.load(std::memory_order_acquire);
   while (v > 0) {
     int32_t next = v > static_cast<int32_t>(count) ? v - static_cast<int32_t>(count) : 0;
-    if (f.compare_exchange_weak(v, next, std::memory_order_acq_rel)) {
-      credits_returned();
+    if (f.compare_exchange_weak(v, next, std::memory_order_seq_cst)) {  // see return_rpc_credit
+      if (credit_watchers_.load(std::memory_order_seq_cst) != 0) credits_returned();
       return;
     }
   }
@@ -1819,7 +1854,7 @@ void Core::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, 
   finish(r, s);
   MsgStaged done{make_header(MsgOp::kMsgStaged, 0), off};
   (void)send(from, &done, sizeof(done), nullptr, 0, default_deadline(), true);
-  send_credit(from);
+  credit_consumed(from);
 }
 
 // Copies an eager message into a claimed receive and completes it.
@@ -1894,7 +1929,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
       eager_max = config_.shm.eager_max_bytes;
     }
   }
-  int32_t used = ps.msg_in_flight.fetch_add(1, std::memory_order_acq_rel);
+  int32_t used = ps.msg_in_flight.fetch_add(1, std::memory_order_seq_cst);
   if (used >= static_cast<int32_t>(config_.engine.msg_credits)) {
     ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
     return Code::kNoResource;
@@ -1922,7 +1957,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
     }
     if (!s.is_ok()) {
       ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
-      ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));  // not delivered: still owed
+      give_back_owed(ps, m.credits);  // not delivered: still owed
     }
     if (*r == nullptr) return s.is_ok() ? Result<ReqId>(ReqId{0}) : Result<ReqId>(s);
     uint64_t w = (*r)->word.load();
@@ -1955,7 +1990,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
     if (!s.is_ok()) {
       stage_free(node, stage_off);
       ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
-      ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));
+      give_back_owed(ps, m.credits);
       if (*r != nullptr) release(*r);
       return s;
     }
@@ -1983,7 +2018,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
   Status s = send_request(*r, id, node, &m, sizeof(m), nullptr, 0);
   if (!s.is_ok()) {
     ps.msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    ps.credits_owed.fetch_add(static_cast<int32_t>(m.credits));
+    give_back_owed(ps, m.credits);
     return s;
   }
   return id;
@@ -2010,7 +2045,7 @@ Result<ReqId> Core::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src
 // pulled from its sender (the receive then waits on that node).
 void Core::match_recv(Request* req, ReqId id) {
   Unexpected u;
-  bool place = false;
+  bool place = false, credit_due = false;
   {
     std::lock_guard<SpinLock> g(msg_mu_);
     Port* p = &port_locked(req->msg_port);
@@ -2032,10 +2067,11 @@ void Core::match_recv(Request* req, ReqId id) {
     }
     u = std::move(p->unexpected.front());
     p->unexpected.pop_front();
+    if (!u.rts) credit_due = count_consumed_locked(u.src);
   }
   if (!u.rts) {
     deliver_eager(req, u.src, u.data);
-    send_credit(u.src);
+    if (credit_due) send_credit(u.src);
     return;
   }
   if (u.stage_rkey != 0) {
@@ -2150,12 +2186,14 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
         p->unexpected.push_back(std::move(u));
         return;
       }
-      g.unlock();
       if (!rts) {
+        bool credit_due = count_consumed_locked(from);
+        g.unlock();
         deliver_eager(r, from, b.subspan(sizeof(MsgEager)));
-        send_credit(from);
+        if (credit_due) send_credit(from);
         return;
       }
+      g.unlock();
       if (auto m = load<MsgRts>(b); m.stage_rkey != 0) {
         deliver_staged(r, from, m.len, m.stage_rkey, m.stage_off);
         return;
@@ -2450,7 +2488,7 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   bool msg_data = op == MsgOp::kMsgData || op == MsgOp::kMsgPlaced;
   if (msg_data) {
     // The message is consumed here even if its receive was cancelled.
-    send_credit(from);
+    credit_consumed(from);
   }
   uint64_t expect = word(gen, kStPending);
   bool claimed =

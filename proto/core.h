@@ -175,11 +175,26 @@ class Core {
   bool progress(const std::atomic<uint64_t>* watch = nullptr);
 
   /// Credits (message or RPC) came back since credit_epoch() returned
-  /// `seen`? Callers out of credits read the epoch, try, and on kNoResource
-  /// wait here: spin (polling, like wait()) for engine.spin_us, then sleep
-  /// until credits come back or the deadline (kTimedOut).
+  /// `seen`? Callers out of credits make a CreditWatch, read the epoch, try,
+  /// and on kNoResource wait here: spin (polling, like wait()) for
+  /// engine.spin_us, then sleep until credits come back or the deadline
+  /// (kTimedOut). Returned credits move the epoch only while a CreditWatch
+  /// exists (a locked instruction per message otherwise): a return that
+  /// came before the watch is seen by the try after it.
   uint32_t credit_epoch() const { return credit_seq_.load(std::memory_order_acquire); }
   Status wait_credits(uint32_t seen, Deadline d);
+  class CreditWatch {
+   public:
+    explicit CreditWatch(Core& c) : c_(c) {
+      c_.credit_watchers_.fetch_add(1, std::memory_order_seq_cst);
+    }
+    ~CreditWatch() { c_.credit_watchers_.fetch_sub(1, std::memory_order_seq_cst); }
+    CreditWatch(const CreditWatch&) = delete;
+    CreditWatch& operator=(const CreditWatch&) = delete;
+
+   private:
+    Core& c_;
+  };
   CoreStats stats() const;
   const qos::Scheduler& scheduler() const { return sched_; }
 
@@ -257,6 +272,11 @@ class Core {
   };
   struct Port;
   void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
+  // Message credits: a message consumed here is counted under msg_mu_
+  // (count_consumed_locked, true when a MsgCredit is due), and the count goes
+  // back piggybacked (take_owed) or in that MsgCredit (send_credit).
+  bool count_consumed_locked(NodeId from);
+  void credit_consumed(NodeId from);  // count_consumed_locked + send_credit, taking msg_mu_
   void send_credit(NodeId to);
   Result<ReqId> send_impl(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request);
   // Rendezvous staging over shm (shm.stage_bytes): the sender copies a
@@ -320,7 +340,10 @@ class Core {
     std::atomic<bool> down{false};
     std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
     std::atomic<int32_t> msg_in_flight{0};  // message credits used at this receiver
-    std::atomic<int32_t> credits_owed{0};   // its messages consumed here, not yet credited
+    // Its messages consumed here (written under msg_mu_ only) and how many of
+    // those went back as credits; the difference is owed (wrapping counts).
+    std::atomic<uint32_t> consumed{0};
+    std::atomic<uint32_t> credited{0};
   };
   std::shared_mutex rpc_mu_;  // handlers_ is read per call, written at registration
   std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;  // never erased
@@ -355,6 +378,9 @@ class Core {
   Port* last_port_ = nullptr;
   Port& port_locked(uint32_t port);
   static uint32_t take_owed(PeerSlot& ps);
+  static void give_back_owed(PeerSlot& ps, uint32_t n) {  // taken but not delivered
+    if (n != 0) ps.credited.fetch_sub(n, std::memory_order_acq_rel);
+  }
   std::unique_ptr<PeerSlot[]> peers_;
   std::mutex stage_mu_;  // guards the stage allocator (no syscalls but the first alloc)
   transport::MemRegion stage_{};
@@ -371,6 +397,7 @@ class Core {
   std::atomic<bool> busy_{false}, want_{false};
   std::atomic<uint32_t> spinners_{0};  // callers spinning in wait(), polling for everyone
   std::atomic<uint32_t> credit_seq_{0}, credit_sleepers_{0};  // wait_credits() futex
+  std::atomic<uint32_t> credit_watchers_{0};                  // live CreditWatch objects
   void credits_returned();
   void end_spin(bool will_sleep);    // a spinner stops; unparks the progress thread if needed
   std::atomic<bool> parked_{false};  // the progress thread is parked for them
@@ -389,6 +416,11 @@ class Core {
   std::atomic<std::thread::id> holder_{};
   bool more_in_batch_ = false;
   std::vector<transport::Completion> cq_;  // used by the progress token holder only
+  // A transport whose last batch (one message of at most kHoldRxBytes that
+  // completed a waiter) is released at the start of the next pass; holder-only.
+  transport::Transport* held_rx_ = nullptr;
+  transport::Completion held_cq_{};
+  static constexpr uint32_t kHoldRxBytes = 4096;
 
   std::atomic<bool> running_{false};
   std::atomic<bool> joined_{false};
