@@ -2055,15 +2055,18 @@ void Core::match_recv(Request* req, ReqId id) {
       return;
     }
     const Unexpected& f = p->unexpected.front();
-    place = f.rts && f.stage_rkey == 0 && can_place(f.src, f.len, req->out_len);
-    if (!f.rts || f.stage_rkey != 0 || place) {
-      // Claim before taking the message, so a racing cancel cannot lose it.
-      if (place) req->peer.store(f.src);
-      uint32_t gen = static_cast<uint32_t>(id >> 32);
-      uint64_t expect = word(gen, kStPending);
-      if (!req->word.compare_exchange_strong(expect, word(gen, place ? kStPlacing : kStClaimed))) {
-        return;
-      }
+    // Claim before taking the message, so a racing cancel cannot lose it. A
+    // receive that pulls its message becomes PLACING: it cannot be withdrawn
+    // until the data is in (or the sender is lost), since the pull has
+    // consumed the sender's message. Its peer is set first, so a peer loss
+    // finds it.
+    const bool pulls = f.rts && f.stage_rkey == 0;
+    place = pulls && can_place(f.src, f.len, req->out_len);
+    if (pulls) req->peer.store(f.src);
+    uint32_t gen = static_cast<uint32_t>(id >> 32);
+    uint64_t expect = word(gen, kStPending);
+    if (!req->word.compare_exchange_strong(expect, word(gen, pulls ? kStPlacing : kStClaimed))) {
+      return;
     }
     u = std::move(p->unexpected.front());
     p->unexpected.pop_front();
@@ -2078,17 +2081,15 @@ void Core::match_recv(Request* req, ReqId id) {
     deliver_staged(req, u.src, u.len, u.stage_rkey, u.stage_off);
     return;
   }
-  req->peer.store(u.src);
   req->spin_extra_us.store(rendezvous_spin_us(u.len), std::memory_order_relaxed);
   MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id, 0, 0};
-  if (place) {
-    offer_placement(req, u.src, u.len, &pull);
-    // Publish the registration to whichever thread completes the receive
-    // (the answer may come through another process's shared memory, an edge
-    // TSan cannot see); an RMW, so a concurrent peer-down claim is kept.
-    req->word.fetch_or(0, std::memory_order_release);
-  }
-  send_pull(req, u.src, pull);
+  if (place) offer_placement(req, u.src, u.len, &pull);
+  // Publish the request's fields (and a registration) to whichever thread
+  // completes the receive (the answer may come through another process's
+  // shared memory, an edge TSan cannot see); an RMW, so a concurrent
+  // peer-down claim is kept.
+  req->word.fetch_or(0, std::memory_order_release);
+  send_pull(req, id, u.src, pull);
 }
 
 // Extra spin for a waiter on a `len`-byte rendezvous: about the time its
@@ -2131,14 +2132,13 @@ void Core::drop_placement(Request* r) {
 }
 
 // Sends a receive's pull; a receive whose pull cannot go fails with why.
-void Core::send_pull(Request* req, NodeId to, const MsgPull& pull) {
+void Core::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
   Status s = send(to, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
   if (s.is_ok()) return;
-  uint64_t w = req->word.load();
-  if (((w & 0xff) == kStPending || (w & 0xff) == kStPlacing) &&
-      req->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
-    finish(req, s);
-  }
+  // Unless a peer-down sweep failed it first (and its slot may be reused).
+  uint32_t gen = static_cast<uint32_t>(id >> 32);
+  uint64_t w = word(gen, kStPlacing);
+  if (req->word.compare_exchange_strong(w, word(gen, kStClaimed))) finish(req, s);
 }
 
 // The sender's side of placement: one kWrite of the message into the
@@ -2207,9 +2207,10 @@ void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte>
       uint64_t len = load<MsgRts>(b).len;
       r->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
       if (can_place(from, len, r->out_len)) offer_placement(r, from, len, &pull);
-      r->word.store((w & ~uint64_t{0xff}) | (pull.dst_rkey != 0 ? kStPlacing : kStPending),
-                    std::memory_order_release);
-      send_pull(r, from, pull);
+      // PLACING, placed or pulled: the pull consumes the sender's message, so
+      // the receive cannot be withdrawn until the data is in (match_recv).
+      r->word.store((w & ~uint64_t{0xff}) | kStPlacing, std::memory_order_release);
+      send_pull(r, recv_id, from, pull);
       return;
     }
     case MsgOp::kMsgPull: {

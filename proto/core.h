@@ -239,7 +239,7 @@ class Core {
   bool can_place(NodeId from, uint64_t len, uint64_t cap) const;
   void offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull);
   void drop_placement(Request* r);
-  void send_pull(Request* req, NodeId to, const MsgPull& pull);
+  void send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull);
   Status place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr, uint64_t rkey);
   void reply_status(NodeId to, uint64_t req_id, Status s);
   Status check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need, uint64_t off,

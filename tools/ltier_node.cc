@@ -147,6 +147,14 @@ std::vector<unsigned char> pattern(size_t n, unsigned seed) {
   return v;
 }
 
+// Sends posted by send_async and not yet waited for (wait_sends): each
+// keeps its buffer until then.
+struct PendingSend {
+  std::vector<unsigned char> buf;
+  lt_req_t id;
+};
+std::vector<PendingSend> g_pending_sends;
+
 uint32_t parse_rights(const std::string& s) {
   uint32_t r = 0;
   for (char c : s) {
@@ -344,6 +352,45 @@ std::string run(lt_engine_t* e, const std::string& line) {
         ++next[src];
       }
       return "ok";
+    }
+    if (cmd == "send_async") {  // one pattern message, sequence number 0; wait_sends waits
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t size = std::max<uint64_t>(8, u64());
+      PendingSend ps{pattern(size, 0), 0};
+      std::memset(ps.buf.data(), 0, 8);
+      int rc = LT_send_async(e, node, port, ps.buf.data(), size, &ps.id);
+      if (rc) return err(rc);
+      g_pending_sends.push_back(std::move(ps));
+      return "ok";
+    }
+    if (cmd == "wait_sends") {
+      int first = 0;
+      for (auto& ps : g_pending_sends) {
+        int rc = LT_wait(e, ps.id, -1);
+        if (rc && !first) first = rc;
+      }
+      g_pending_sends.clear();
+      return first ? err(first) : "ok";
+    }
+    if (cmd == "recv_pat") {  // one pattern message of `size` bytes: "ok SRC SEQ" when intact
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t size = std::max<uint64_t>(8, u64());
+      std::string t;
+      int64_t timeout_us = (in >> t) ? static_cast<int64_t>(std::stoll(t)) * 1000 : -1;
+      std::vector<unsigned char> m(size);
+      lt_node_t src = 0;
+      size_t n = 0;
+      int rc = LT_recv(e, port, m.data(), size, &src, &n, timeout_us);
+      if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
+      if (rc) return err(rc);
+      uint64_t seq;
+      std::memcpy(&seq, m.data(), sizeof(seq));
+      auto want = pattern(size, static_cast<unsigned>(seq));
+      if (n != size || std::memcmp(m.data() + 8, want.data() + 8, size - 8) != 0) {
+        return "err content of message " + std::to_string(seq) + " from " + std::to_string(src);
+      }
+      return "ok " + std::to_string(src) + " " + std::to_string(seq);
     }
     if (cmd == "send_async_n") {
       lt_node_t node = static_cast<lt_node_t>(u64());

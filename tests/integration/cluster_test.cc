@@ -345,6 +345,46 @@ TEST(ShmStage, FullStageFallsBackToPull) {
   EXPECT_NE(r.find("got 1 expected 0"), std::string::npos) << r;
 }
 
+// A receive matched to a rendezvous message that it pulls (shm without
+// placement or stage; tcp when the message is larger than the buffer) waits
+// for the data past its timeout: the pull has consumed the sender's message,
+// so withdrawing the receive would lose a message whose send succeeded.
+TEST(Rendezvous, PulledReceiveWaitsPastItsTimeoutForTheData) {
+  ClusterOptions o;
+  o.down_after_ms = 60000;  // the sender is stopped a while: not down
+  Cluster cluster(o);
+  ASSERT_TRUE(cluster.ok());
+  struct Case {
+    std::vector<std::string> env;
+    uint64_t cap;  // the receive's buffer
+    const char* transport;
+  } cases[] = {
+      {{"LTIER_SHM_CMA=0", "LTIER_SHM_STAGE_BYTES=0"}, 300000, "ok shm"},
+      {{"LTIER_TRANSPORTS=tcp"}, 200000, "ok tcp"},  // larger than the buffer: pulled
+  };
+  for (const Case& c : cases) {
+    Proc* a = cluster.add_node(c.env);
+    Proc* b = cluster.add_node(c.env);
+    ASSERT_TRUE(a && b);
+    std::string ia = id_of(a), ib = id_of(b);
+    ASSERT_EQ(a->cmd("transport " + ib).rfind(c.transport, 0), 0u);
+    // The request to send is out when send_async returns; then the sender
+    // stops, so the pull the receive sends goes unanswered for a while.
+    ASSERT_EQ(a->cmd("send_async " + ib + " 13 300000"), "ok");
+    a->signal(SIGSTOP);
+    ASSERT_TRUE(a->wait_stopped(5000));
+    ASSERT_TRUE(b->send("recv_pat 13 " + std::to_string(c.cap) + " 200"));
+    EXPECT_EQ(b->read_line(1500), "TIMEOUT") << "the receive gave up on a pulled message";
+    a->signal(SIGCONT);
+    std::string want = c.cap >= 300000 ? "ok " + ia + " 0" : "err LT_ERR_TRUNCATED 300000";
+    EXPECT_EQ(b->read_line(30000), want) << c.transport;
+    EXPECT_EQ(a->cmd("wait_sends", 30000), "ok");
+    // The port is clean: the next message is the next one.
+    EXPECT_EQ(a->cmd("send " + ib + " 13 77"), "ok");
+    EXPECT_EQ(b->cmd("recv 13 16"), "ok " + ia + " 77");
+  }
+}
+
 // engine.rpc_workers: handlers run on a pool and may block; a blocked
 // handler (function 4, waiting for function 5) does not stop others.
 TEST(RpcWorkers, BlockingHandlerDoesNotStallOthers) {
