@@ -932,6 +932,7 @@ Status Core::wait_or_cancel(ReqId id, Deadline d, Results* res) {
   if ((w & 0xff) == kStPending &&
       r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStCancelled)) {
     // Nobody can complete it now; a late reply finds the state changed.
+    if (r->kind == ReqKind::kRecv) unpost(r, id);
     release(r);
     return Code::kTimedOut;
   }
@@ -1880,6 +1881,20 @@ Core::Port& Core::port_locked(uint32_t port) {
   last_port_num_ = port;
   last_port_ = p.get();
   return *p;
+}
+
+// Takes a cancelled receive out of its port's `posted` FIFO (if it is there:
+// it may have been skipped already), so that receives timing out on a quiet
+// port do not pile up. The newest entries are looked at first.
+void Core::unpost(Request* r, ReqId id) {
+  std::lock_guard<SpinLock> g(msg_mu_);
+  auto& posted = port_locked(r->msg_port).posted;
+  for (auto it = posted.rbegin(); it != posted.rend(); ++it) {
+    if (it->id == id) {
+      posted.erase(std::next(it).base());
+      return;
+    }
+  }
 }
 
 // Takes the oldest posted receive that is still pending (a cancelled one is

@@ -288,6 +288,7 @@ class Core {
   void apply_credits(NodeId from, uint32_t count);
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   bool claim_posted(Port& p, Request** out);
+  void unpost(Request* r, ReqId id);
   void match_recv(Request* req, ReqId id);
   void return_rpc_credit(NodeId n);
   struct QueuedRpc;
