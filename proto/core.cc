@@ -2341,7 +2341,9 @@ void Core::reply_status(NodeId to, uint64_t req_id, Status s) {
 }
 
 void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
-  served_.fetch_add(1, std::memory_order_relaxed);
+  // Only the progress token holder serves: a plain increment (no locked
+  // instruction per message), read racily by the progress loop and stats().
+  served_.store(served_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   switch (static_cast<MsgOp>(h.op)) {
     case MsgOp::kReadReq: {
       auto q = load<RangeReq>(b);
