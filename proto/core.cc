@@ -690,6 +690,7 @@ void Core::handle(const Completion& c) {
     retire_endpoint(c.peer);
     fail_requests_to(c.peer, Code::kPeerDown);
     stage_release_peer(c.peer);
+    reset_credits(c.peer);
     credits_returned();  // callers waiting for its credits retry and see it lost
     return;
   }
@@ -1749,6 +1750,21 @@ void Core::send_credit(NodeId to) {
   }
   MsgCredit c{make_header(MsgOp::kMsgCredit, 0), n, 0};
   (void)send(to, &c, sizeof(c), nullptr, 0, default_deadline(), true);
+}
+
+// A lost connection loses the messages, calls and credits it carried; those
+// credits would be gone for good (a sender blocked for ever at the limit).
+// Both ends start afresh: in-flight counts to zero, owed credits forgotten
+// (the other end zeroes its counts as well). Messages of the old connection
+// still waiting in a store here return their credits later: a sender may
+// then have up to twice its credits unconsumed here, once.
+void Core::reset_credits(NodeId p) {
+  if (p == 0 || p >= kMaxNodes) return;
+  PeerSlot& ps = peers_[p];
+  ps.msg_in_flight.store(0, std::memory_order_seq_cst);
+  ps.rpc_in_flight.store(0, std::memory_order_seq_cst);  // failed calls gave theirs back above
+  std::lock_guard<SpinLock> g(msg_mu_);
+  ps.credited.store(ps.consumed.load(std::memory_order_relaxed), std::memory_order_seq_cst);
 }
 
 // Never below zero: credits that arrive after a connection was lost and

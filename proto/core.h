@@ -286,6 +286,7 @@ class Core {
   void stage_release_peer(NodeId peer);
   void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off);
   void apply_credits(NodeId from, uint32_t count);
+  void reset_credits(NodeId p);
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   bool claim_posted(Port& p, Request** out);
   void unpost(Request* r, ReqId id);

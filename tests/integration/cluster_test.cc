@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <random>
 
 namespace lt::itest {
@@ -382,6 +383,61 @@ TEST(Rendezvous, PulledReceiveWaitsPastItsTimeoutForTheData) {
     // The port is clean: the next message is the next one.
     EXPECT_EQ(a->cmd("send " + ib + " 13 77"), "ok");
     EXPECT_EQ(b->cmd("recv 13 16"), "ok " + ia + " 77");
+  }
+}
+
+// Runs `cmd` through the shell; its exit status.
+int shell(const std::string& cmd) { return std::system(cmd.c_str()); }
+
+// A broken connection loses the messages it carried. Their credits must not
+// be lost with them, or the sender would stay at the limit for good. The
+// connection is killed with `ss -K` (skipped where the kernel cannot).
+TEST(Credits, LostConnectionGivesTheSenderItsCreditsBack) {
+  ClusterOptions o;
+  o.down_after_ms = 60000;  // the receiver is stopped a while: not down
+  Cluster cluster(o);
+  ASSERT_TRUE(cluster.ok());
+  Proc* a = cluster.add_node({"LTIER_TRANSPORTS=tcp"});
+  Proc* b = cluster.add_node({"LTIER_TRANSPORTS=tcp"});
+  ASSERT_TRUE(a && b);
+  std::string ia = id_of(a), ib = id_of(b);
+  ASSERT_EQ(a->cmd("transport " + ib).rfind("ok tcp", 0), 0u);  // connected
+  std::string addr = ok_value(b->cmd("address"));
+  ASSERT_FALSE(addr.empty());
+  const std::string port = addr.substr(addr.rfind(':') + 1);
+  const std::string conn = "state established '( sport = :" + port + " or dport = :" + port + " )'";
+  // b reads nothing while stopped: a's 64 messages (all its credits) wait in
+  // the sockets, then the connection dies with them.
+  b->signal(SIGSTOP);
+  ASSERT_TRUE(b->wait_stopped(5000));
+  EXPECT_EQ(a->cmd("send_async_n " + ib + " 20 1000"), "ok 64 again");
+  shell("ss -K " + conn + " >/dev/null 2>&1");
+  bool killed = shell("test -z \"$(ss -Hnt " + conn + ")\"") == 0;
+  b->signal(SIGCONT);
+  if (!killed) GTEST_SKIP() << "ss -K cannot kill sockets here (CONFIG_INET_DIAG_DESTROY)";
+  // Once a has seen the loss, a new connection takes 64 messages again.
+  std::string r;
+  for (int i = 0; i < 200; ++i) {
+    r = a->cmd("send_async_n " + ib + " 20 1000", 30000);
+    if (r == "ok 64 again") break;
+    usleep(50000);
+  }
+  EXPECT_EQ(r, "ok 64 again");
+  // b gets what of the first 64 had reached it before the connection died
+  // (a prefix, 0 to k-1), then the second 64 (0 to 63), in order.
+  std::vector<int> got;
+  for (;;) {
+    std::string m = b->cmd("recv 20 8 2000", 30000);
+    if (m == "err LT_ERR_TIMEDOUT") break;
+    ASSERT_EQ(m.rfind("ok " + ia + " ", 0), 0u) << m;
+    got.push_back(std::stoi(m.substr(m.size() - 16, 2), nullptr, 16));  // little-endian low byte
+    ASSERT_LE(got.size(), 128u);
+  }
+  ASSERT_GE(got.size(), 64u);
+  const size_t k = got.size() - 64;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], static_cast<int>(i < k ? i : i - k))
+        << "message " << i << " of " << got.size();
   }
 }
 
