@@ -422,6 +422,12 @@ void Core::on_member_down(NodeId n) {
   fail_requests_to(n, Code::kPeerDown);
   stage_release_peer(n);
   credits_returned();  // callers waiting for its credits retry and see it down
+  // The LMRs this node holds for it: nobody can free them any more (only a
+  // master handle can), so they go as if it had freed them; handles mapped
+  // by others then fail with BAD_HANDLE. Freed outside the table's lock.
+  std::vector<std::shared_ptr<LocalLmr>> orphans;
+  lmrs_.erase_if([n](const std::shared_ptr<LocalLmr>& l) { return l && l->master == n; }, &orphans);
+  if (!orphans.empty()) LT_INFO("freed %zu LMRs of node %u", orphans.size(), n);
 }
 
 // ---------------------------------------------------------------- progress

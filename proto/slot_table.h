@@ -57,6 +57,21 @@ class SlotTable {
     return Status::ok();
   }
 
+  /// Erases every live value for which pred(value) holds; the values are
+  /// moved into `out` (so the caller destroys them outside the lock).
+  template <typename Pred>
+  void erase_if(Pred pred, std::vector<T>* out) {
+    std::unique_lock<std::shared_mutex> g(mu_);
+    for (uint32_t i = 0; i < used_; ++i) {
+      Slot& s = slots_[i];
+      if (!s.live || !pred(static_cast<const T&>(s.v))) continue;
+      out->push_back(std::move(s.v));
+      s.v = T{};
+      s.live = false;
+      free_.push_back(i);
+    }
+  }
+
   Status erase(uint64_t id, T* out) {
     std::unique_lock<std::shared_mutex> g(mu_);
     Slot* s = const_cast<Slot*>(find(id));

@@ -539,6 +539,35 @@ TEST_P(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   EXPECT_EQ(a->cmd("write " + h2 + " 0 11"), "ok");
 }
 
+// An LMR lives until its master frees it or is gone: when the master dies,
+// the owner frees what it held for it (nobody else could), and handles
+// mapped by other nodes fail with BAD_HANDLE, as after the master's LT_free.
+TEST_P(ThreeNodes, DeadMastersLmrsAreFreed) {
+  Proc *a = nodes_[0], *b = nodes_[1];
+  std::string h = ok_value(a->cmd("malloc " + ids_[2] + " 4096 rw"));  // on c, a is master
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("publish " + h + " itest.orphan rw"), "ok");
+  std::string m = ok_value(b->cmd("map itest.orphan rw"));
+  ASSERT_FALSE(m.empty());
+  ASSERT_EQ(b->cmd("write " + m + " 0 2a"), "ok");
+  ASSERT_EQ(b->cmd("read " + m + " 0 1"), "ok 2a");
+  a->signal(SIGKILL);
+  ASSERT_NE(a->wait_exit(5000), -1);
+  // c frees it when the manager declares a down (down_after_ms).
+  std::string r;
+  for (int i = 0; i < 300; ++i) {
+    r = b->cmd("read " + m + " 0 1", 15000);
+    if (r != "ok 2a") break;
+    usleep(50000);
+  }
+  EXPECT_EQ(r, "err LT_ERR_BAD_HANDLE");
+  // c's own LMRs, and b's on c, are untouched.
+  std::string h2 = ok_value(b->cmd("malloc " + ids_[2] + " 64 rw"));
+  ASSERT_FALSE(h2.empty());
+  EXPECT_EQ(b->cmd("write " + h2 + " 0 11"), "ok");
+  EXPECT_EQ(b->cmd("read " + h2 + " 0 1"), "ok 11");
+}
+
 // /dev/shm entries (shm segments are memfds and must never show up there).
 size_t dev_shm_entries() {
   size_t n = 0;
