@@ -14,12 +14,14 @@
 //   rate op=rpc size=8 window=W calls_per_s=X          (W calls outstanding)
 //   lat op=send size=S ...                             (LT_send + LT_recv of the echo)
 //   bw op=send size=S window=1 MBps=X                  (back-to-back LT_send, with --bw)
+//   rate op=burst size=8 window=16 msgs_per_s=X        (16 LT_send, then one answer: the
+//                                                       receives are not posted ahead)
 //
 // A latency sample is the time from the end of one iteration to the end of
 // the next (one clock read per iteration, as ucx_perftest takes it), so the
 // loop's own work is in every sample, as it is in ucx_perftest's.
 //
-//   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,send] [--sizes 8,4096,65536,1048576]
+//   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,send,burst] [--sizes 8,4096,65536,1048576]
 //   [--iters N]
 //              [--warmup N] [--bw] [--window W] [--join] [--join-tries N]
 #include <fcntl.h>
@@ -155,13 +157,30 @@ int serve_node_main(const std::string& manager, const std::string& secret) {
         die("sink LT_recv_async", r);
     }
   };
-  std::thread echo(echo_loop), sink(sink_loop);
+  // Port 5 takes bursts of kWindow messages with no receive posted ahead
+  // (each is taken after the one before it), then answers on port 6: most
+  // arrive before their receive, the common case for a busy server.
+  auto burst_loop = [&] {
+    std::unique_ptr<char[]> m(new char[kMaxMsg]);
+    int got = 0;
+    while (!stop.load()) {
+      lt_node_t src = 0;
+      size_t n = 0;
+      if (LT_recv(e, 5, m.get(), kMaxMsg, &src, &n, 100000) != 0) continue;
+      if (++got == kWindow) {
+        got = 0;
+        (void)LT_send(e, src, 6, nullptr, 0);
+      }
+    }
+  };
+  std::thread echo(echo_loop), sink(sink_loop), burst(burst_loop);
   char c;
   while (read(0, &c, 1) > 0) {
   }
   stop.store(true);
   echo.join();
   sink.join();
+  burst.join();
   LT_leave(e);
   return 0;
 }
@@ -282,11 +301,11 @@ int main(int argc, char** argv) {
     } else if (a == "--join") {
       join = true;
     } else {
-      fprintf(
-          stderr,
-          "usage: ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,send] [--sizes 8,4096,...] "
-          "[--iters N] "
-          "[--warmup N] [--bw] [--window W] [--join] [--join-tries N]\n");
+      fprintf(stderr,
+              "usage: ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,send,burst] [--sizes "
+              "8,4096,...] "
+              "[--iters N] "
+              "[--warmup N] [--bw] [--window W] [--join] [--join-tries N]\n");
       return 2;
     }
   }
@@ -412,6 +431,25 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    if (op == "burst") {
+      // kWindow back-to-back LT_send of 8 bytes, then the server's one
+      // answer: messages per second when receives are not posted ahead.
+      uint64_t rounds = std::max<uint64_t>(1, static_cast<uint64_t>(iters) / kWindow);
+      auto t0 = Clock::now();
+      for (uint64_t r = 0; r < rounds; ++r) {
+        for (int k = 0; k < kWindow; ++k) {
+          if (int rc = LT_send(e, peer, 5, buf.data(), 8); rc != 0) die("burst send", rc);
+        }
+        lt_node_t src = 0;
+        size_t got = 0;
+        char z;
+        if (int rc = LT_recv(e, 6, &z, 1, &src, &got, -1); rc != 0) die("burst recv", rc);
+      }
+      printf("rate op=burst size=8 window=%d msgs_per_s=%.0f\n", kWindow,
+             static_cast<double>(rounds * kWindow) / (us_since(t0) / 1e6));
+      fflush(stdout);
+      continue;
+    }
     if (op == "rpc_rate") {
       // Calls per second with 1 and 32 calls outstanding (8-byte echo).
       for (int win : {1, 32}) {
@@ -438,7 +476,8 @@ int main(int argc, char** argv) {
       continue;
     }
     if (op != "read" && op != "write") {
-      fprintf(stderr, "ltier-perf: unknown op '%s' (read, write, fetch_add, rpc, rpc_rate, send)\n",
+      fprintf(stderr,
+              "ltier-perf: unknown op '%s' (read, write, fetch_add, rpc, rpc_rate, send, burst)\n",
               op.c_str());
       continue;
     }
