@@ -57,6 +57,10 @@
 //                                                 checks content and per-sender order)
 //   send_async_n NODE PORT COUNT -> ok SENT [again] (8-byte LT_send_async until COUNT
 //                                                 or LT_ERR_AGAIN, then waits for them)
+//   send_async NODE PORT SIZE   -> ok             (one send_seq-style message, number 0,
+//                                                 submitted; wait_sends waits for them)
+//   wait_sends                  -> ok
+//   recv_pat PORT SIZE [TIMEOUT_MS] -> ok SRC SEQ (one send_seq-style message, checked)
 //   (RIGHTS letters: r read, w write, a atomic)
 //   quit
 #include <pthread.h>
