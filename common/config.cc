@@ -79,11 +79,12 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"engine.max_lmr_bytes", "LTIER_MAX_LMR_BYTES", "largest LT_malloc this node serves", K::kU64,
        &c.engine.max_lmr_bytes},
       {"engine.rpc_ring_slots", "LTIER_RPC_RING_SLOTS",
-       "RPC credits: calls one client may have outstanding at one server", K::kU32,
+       "RPC credits: calls one client may have outstanding at one server (at least 1)", K::kU32,
        &c.engine.rpc_ring_slots},
       {"engine.msg_credits", "LTIER_MSG_CREDITS",
-       "LT_send: messages a sender may have unconsumed at one receiver (bounds its store)", K::kU32,
-       &c.engine.msg_credits},
+       "LT_send: messages a sender may have unconsumed at one receiver (bounds its store; at "
+       "least 1)",
+       K::kU32, &c.engine.msg_credits},
       {"engine.rpc_workers", "LTIER_RPC_WORKERS",
        "threads that run RPC handlers; 0 runs them on the progress thread (handlers must then "
        "not block)",

@@ -224,6 +224,12 @@ transport::Transport* Core::pick_transport(const transport::PeerInfo& info,
 Status Core::join() {
   if (joined_.load()) return Code::kInvalidArg;
   LT_DEBUG("join: start");
+  // Zero credits would refuse every message or call with AGAIN, for good.
+  if (config_.engine.msg_credits == 0 || config_.engine.rpc_ring_slots == 0) {
+    LT_ERROR("engine.msg_credits and engine.rpc_ring_slots must be at least 1 (got %u and %u)",
+             config_.engine.msg_credits, config_.engine.rpc_ring_slots);
+    return Code::kInvalidArg;
+  }
   // transports: a comma-separated list of tcp and shm (LTIER_TRANSPORTS).
   bool want_tcp = false, want_shm = false;
   for (size_t i = 0; i <= config_.transports.size();) {

@@ -57,6 +57,9 @@
 //                                                 checks content and per-sender order)
 //   send_async_n NODE PORT COUNT -> ok SENT [again] (8-byte LT_send_async until COUNT
 //                                                 or LT_ERR_AGAIN, then waits for them)
+//   send_threads NODE PORT THREADS COUNT -> ok    (THREADS x COUNT 8-byte LT_send)
+//   recv_n PORT N               -> ok             (N receives of up to 8 bytes)
+//   rpc_threads NODE THREADS COUNT -> ok          (THREADS x COUNT LT_RPC echoes, checked)
 //   send_async NODE PORT SIZE   -> ok             (one send_seq-style message, number 0,
 //                                                 submitted; wait_sends waits for them)
 //   wait_sends                  -> ok
@@ -356,6 +359,45 @@ std::string run(lt_engine_t* e, const std::string& line) {
         ++next[src];
       }
       return "ok";
+    }
+    if (cmd == "send_threads") {  // THREADS threads x COUNT blocking 8-byte LT_send
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t threads = u64(), n = u64();
+      if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
+      int rc = run_threads(threads, n, [&] {
+        uint64_t v = 1;
+        return LT_send(e, node, port, &v, sizeof(v));
+      });
+      return rc ? err(rc) : "ok";
+    }
+    if (cmd == "recv_n") {  // N receives of up to 8 bytes
+      uint32_t port = static_cast<uint32_t>(u64());
+      uint64_t n = u64();
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t v;
+        lt_node_t src = 0;
+        size_t len = 0;
+        if (int rc = LT_recv(e, port, &v, sizeof(v), &src, &len, -1); rc) {
+          return err(rc) + " at " + std::to_string(i);
+        }
+      }
+      return "ok";
+    }
+    if (cmd == "rpc_threads") {  // THREADS threads x COUNT 8-byte LT_RPC echoes of function 1
+      lt_node_t node = static_cast<lt_node_t>(u64());
+      uint64_t threads = u64(), n = u64();
+      if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
+      std::atomic<uint64_t> bad{0};
+      int rc = run_threads(threads, n, [&] {
+        uint64_t v = 0x1234, back = 0;
+        size_t len = 0;
+        int r = LT_RPC(e, node, 1, &v, sizeof(v), &back, sizeof(back), &len);
+        if (r == 0 && (len != sizeof(v) || back != v)) bad.fetch_add(1);
+        return r;
+      });
+      if (rc) return err(rc);
+      return bad.load() ? "err mismatch" : "ok";
     }
     if (cmd == "send_async") {  // one pattern message, sequence number 0; wait_sends waits
       lt_node_t node = static_cast<lt_node_t>(u64());

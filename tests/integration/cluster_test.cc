@@ -445,6 +445,24 @@ TEST(Credits, LostConnectionGivesTheSenderItsCreditsBack) {
   for (size_t i = 0; i < old.size(); ++i) EXPECT_EQ(old[i], static_cast<int>(i));
 }
 
+// Senders out of credits wait for them (a CreditWatch, then the epoch):
+// with one message credit and one RPC credit per peer, 4 threads each
+// stream to one receiver. A lost credit wake-up would show as AGAIN after
+// the 10 s op timeout.
+TEST(Credits, ManyThreadsShareOneCredit) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  std::vector<std::string> env = {"LTIER_MSG_CREDITS=1", "LTIER_RPC_RING_SLOTS=1"};
+  Proc* a = cluster.add_node(env);
+  Proc* b = cluster.add_node(env);
+  ASSERT_TRUE(a && b);
+  std::string ib = id_of(b);
+  ASSERT_TRUE(a->send("send_threads " + ib + " 23 4 500"));
+  EXPECT_EQ(b->cmd("recv_n 23 2000", 120000), "ok");
+  EXPECT_EQ(a->read_line(120000), "ok");
+  EXPECT_EQ(a->cmd("rpc_threads " + ib + " 4 500", 120000), "ok");
+}
+
 // engine.rpc_workers: handlers run on a pool and may block; a blocked
 // handler (function 4, waiting for function 5) does not stop others.
 TEST(RpcWorkers, BlockingHandlerDoesNotStallOthers) {
@@ -792,6 +810,13 @@ TEST(Join, BrokenConfigIsInvalid) {
   Proc* p = cluster.add_node({"LTIER_SPIN_US=lots"}, {}, &line);
   EXPECT_EQ(p, nullptr);
   EXPECT_EQ(line, "err LT_ERR_INVAL");
+  // Values that parse but could never work: an unknown transport, no credits.
+  for (const char* bad :
+       {"LTIER_TRANSPORTS=rdma", "LTIER_MSG_CREDITS=0", "LTIER_RPC_RING_SLOTS=0"}) {
+    line.clear();
+    EXPECT_EQ(cluster.add_node({bad}, {}, &line), nullptr) << bad;
+    EXPECT_EQ(line, "err LT_ERR_INVAL") << bad;
+  }
 }
 
 }  // namespace
