@@ -117,7 +117,7 @@ struct Core::Request {
   size_t* rpc_len = nullptr;            // kRpc, kRecv: where the reply/message length goes
   NodeId* msg_src = nullptr;            // kRecv: where the sender's id goes
   const std::byte* send_buf = nullptr;  // kSendRndv: the message
-  uint32_t msg_port = 0;                // kRecv: the port
+  uint32_t msg_port = 0;                // kRecv: the port; kRpcRecv: the function id
   uint64_t* rpc_token = nullptr;        // kRpcRecv: where the reply token goes
   // A rendezvous of this many bytes is in flight for it: its waiter spins
   // longer (the copy takes about that long; sleeping costs a wake-up).
@@ -590,6 +590,7 @@ Result<ReqId> Core::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, Node
   req->rpc_len = len;
   req->msg_src = src;
   req->rpc_token = token;
+  req->msg_port = func_id;  // its queue, for unpost
   QueuedRpc w;
   {
     std::lock_guard<std::mutex> g(rpcq_mu_);
@@ -945,7 +946,7 @@ Status Core::wait_or_cancel(ReqId id, Deadline d, Results* res) {
   if ((w & 0xff) == kStPending &&
       r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStCancelled)) {
     // Nobody can complete it now; a late reply finds the state changed.
-    if (r->kind == ReqKind::kRecv) unpost(r, id);
+    if (r->kind == ReqKind::kRecv || r->kind == ReqKind::kRpcRecv) unpost(r, id);
     release(r);
     return Code::kTimedOut;
   }
@@ -1911,18 +1912,33 @@ Core::Port& Core::port_locked(uint32_t port) {
   return *p;
 }
 
-// Takes a cancelled receive out of its port's `posted` FIFO (if it is there:
-// it may have been skipped already), so that receives timing out on a quiet
-// port do not pile up. The newest entries are looked at first.
+// Takes a cancelled receive (a message one, or a server loop's RPC one) out
+// of its `posted` FIFO (if it is there: it may have been skipped already), so
+// that receives timing out on a quiet port or function do not pile up. The
+// newest entries are looked at first.
 void Core::unpost(Request* r, ReqId id) {
-  std::lock_guard<SpinLock> g(msg_mu_);
-  auto& posted = port_locked(r->msg_port).posted;
-  for (auto it = posted.rbegin(); it != posted.rend(); ++it) {
-    if (it->id == id) {
-      posted.erase(std::next(it).base());
-      return;
+  auto erase = [id](std::deque<PostedRecv>& posted) {
+    for (auto it = posted.rbegin(); it != posted.rend(); ++it) {
+      if (it->id == id) {
+        posted.erase(std::next(it).base());
+        return;
+      }
     }
+  };
+  if (r->kind == ReqKind::kRecv) {
+    std::lock_guard<SpinLock> g(msg_mu_);
+    erase(port_locked(r->msg_port).posted);
+    return;
   }
+  RpcQueue* queue = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> g(rpc_mu_);
+    auto it = rpc_queues_.find(r->msg_port);
+    if (it == rpc_queues_.end()) return;
+    queue = it->second.get();  // never erased
+  }
+  std::lock_guard<std::mutex> g(rpcq_mu_);
+  erase(queue->posted);
 }
 
 // Takes the oldest posted receive that is still pending (a cancelled one is
