@@ -1900,16 +1900,26 @@ void Core::deliver_eager(Request* r, NodeId from, std::span<const std::byte> dat
   finish(r, s);
 }
 
-// The entry of `port`, made on first use; ports live as long as the core.
-// Caller holds msg_mu_. One message stream usually uses one port: the last
-// lookup is kept.
+// The entry of `port`, made on first use. Caller holds msg_mu_, and uses
+// the entry before it looks up another (making one may drop empty ones).
+// One message stream usually uses one port: the last lookup is kept.
 Core::Port& Core::port_locked(uint32_t port) {
   if (last_port_ != nullptr && last_port_num_ == port) return *last_port_;
-  auto& p = ports_[port];
-  if (!p) p = std::make_unique<Port>();
+  auto it = ports_.find(port);
+  if (it == ports_.end()) {
+    if (ports_.size() >= port_sweep_at_) {
+      // An empty port holds nothing: it is made again on its next use.
+      std::erase_if(ports_, [](const auto& kv) {
+        return kv.second->posted.empty() && kv.second->unexpected.empty();
+      });
+      last_port_ = nullptr;
+      port_sweep_at_ = std::max(kPortSweepAt, 2 * ports_.size());
+    }
+    it = ports_.emplace(port, std::make_unique<Port>()).first;
+  }
   last_port_num_ = port;
-  last_port_ = p.get();
-  return *p;
+  last_port_ = it->second.get();
+  return *it->second;
 }
 
 // Takes a cancelled receive (a message one, or a server loop's RPC one) out

@@ -378,6 +378,10 @@ class Core {
   std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
   uint32_t last_port_num_ = 0;  // the last port looked up, and its entry
   Port* last_port_ = nullptr;
+  // Making a port when this many exist first drops the empty ones (then the
+  // mark doubles past what is left), so ports used once do not pile up.
+  static constexpr size_t kPortSweepAt = 1024;
+  size_t port_sweep_at_ = kPortSweepAt;
   Port& port_locked(uint32_t port);
   static uint32_t take_owed(PeerSlot& ps);
   static void give_back_owed(PeerSlot& ps, uint32_t n) {  // taken but not delivered

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,8 +21,15 @@ namespace lt::itest {
 Proc::Proc(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) return;
+  const pid_t parent = getpid();
   pid_ = fork();
   if (pid_ == 0) {
+    // A test killed (a ctest timeout) must not leave its manager behind:
+    // nodes exit when their stdin closes, the manager does not read it.
+    // (The signal follows the forking thread: tests make processes on the
+    // thread that runs them.)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // it died before the prctl
     dup2(in[0], 0);
     dup2(out[1], 1);
     setpgid(0, 0);

@@ -445,6 +445,30 @@ TEST(Credits, LostConnectionGivesTheSenderItsCreditsBack) {
   for (size_t i = 0; i < old.size(); ++i) EXPECT_EQ(old[i], static_cast<int>(i));
 }
 
+// Ports used once do not pile up: empty ones are dropped when many exist.
+// Ports holding messages must survive those sweeps.
+TEST(Ports, SweepsKeepPortsThatHoldMessages) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  Proc* a = cluster.add_node();
+  Proc* b = cluster.add_node();
+  ASSERT_TRUE(a && b);
+  std::string ia = id_of(a), ib = id_of(b);
+  for (int port = 1000; port < 1040; ++port) {
+    ASSERT_EQ(a->cmd("send " + ib + " " + std::to_string(port) + " 0" + std::to_string(port % 10)),
+              "ok");
+  }
+  // 2500 more ports, each made by a receive that times out (and leaves it empty).
+  for (int port = 2000; port < 4500; ++port) {
+    ASSERT_EQ(b->cmd("recv " + std::to_string(port) + " 8 0"), "err LT_ERR_TIMEDOUT") << port;
+  }
+  for (int port = 1000; port < 1040; ++port) {
+    EXPECT_EQ(b->cmd("recv " + std::to_string(port) + " 8"),
+              "ok " + ia + " 0" + std::to_string(port % 10))
+        << port;
+  }
+}
+
 // Senders out of credits wait for them (a CreditWatch, then the epoch):
 // with one message credit and one RPC credit per peer, 4 threads each
 // stream to one receiver. A lost credit wake-up would show as AGAIN after
