@@ -154,6 +154,22 @@ std::vector<unsigned char> pattern(size_t n, unsigned seed) {
   return v;
 }
 
+// A send_seq message: its number (u64, host byte order), then pattern(size,
+// number) from byte 8 on.
+std::vector<unsigned char> seq_message(uint64_t size, uint64_t seq) {
+  auto m = pattern(size, static_cast<unsigned>(seq));
+  std::memcpy(m.data(), &seq, sizeof(seq));
+  return m;
+}
+
+// True when the first n bytes of m are a whole send_seq message of m.size()
+// bytes; its number goes to *seq either way.
+bool seq_message_ok(const std::vector<unsigned char>& m, size_t n, uint64_t* seq) {
+  std::memcpy(seq, m.data(), sizeof(*seq));
+  auto want = pattern(m.size(), static_cast<unsigned>(*seq));
+  return n == m.size() && std::memcmp(m.data() + 8, want.data() + 8, m.size() - 8) == 0;
+}
+
 // Sends posted by send_async and not yet waited for (wait_sends): each
 // keeps its buffer until then.
 struct PendingSend {
@@ -201,6 +217,11 @@ std::string run(lt_engine_t* e, const std::string& line) {
     std::string t;
     in >> t;
     return static_cast<uint64_t>(std::stoull(t, nullptr, 0));
+  };
+  // An optional trailing TIMEOUT_MS, in µs; -1 (the default timeout) when absent.
+  auto opt_timeout_us = [&]() -> int64_t {
+    std::string t;
+    return (in >> t) ? static_cast<int64_t>(std::stoll(t)) * 1000 : -1;
   };
   try {
     if (cmd == "id") return "ok " + std::to_string(LT_node_id(e));
@@ -313,8 +334,7 @@ std::string run(lt_engine_t* e, const std::string& line) {
     if (cmd == "recv") {
       uint32_t port = static_cast<uint32_t>(u64());
       uint64_t cap = u64();
-      std::string t;
-      int64_t timeout_us = (in >> t) ? static_cast<int64_t>(std::stoll(t)) * 1000 : -1;
+      int64_t timeout_us = opt_timeout_us();
       std::vector<unsigned char> m(cap);
       lt_node_t src = 0;
       size_t n = 0;
@@ -329,8 +349,7 @@ std::string run(lt_engine_t* e, const std::string& line) {
       uint32_t port = static_cast<uint32_t>(u64());
       uint64_t count = u64(), size = std::max<uint64_t>(8, u64());
       for (uint64_t i = 0; i < count; ++i) {
-        auto m = pattern(size, static_cast<unsigned>(i));
-        std::memcpy(m.data(), &i, sizeof(i));
+        auto m = seq_message(size, i);
         int rc = LT_send(e, node, port, m.data(), size);
         if (rc) return err(rc) + " at " + std::to_string(i);
       }
@@ -347,9 +366,7 @@ std::string run(lt_engine_t* e, const std::string& line) {
         int rc = LT_recv(e, port, m.data(), size, &src, &n, -1);
         if (rc) return err(rc) + " at " + std::to_string(i);
         uint64_t seq;
-        std::memcpy(&seq, m.data(), sizeof(seq));
-        auto want = pattern(size, static_cast<unsigned>(seq));
-        if (n != size || std::memcmp(m.data() + 8, want.data() + 8, size - 8) != 0) {
+        if (!seq_message_ok(m, n, &seq)) {
           return "err content of message " + std::to_string(seq) + " from " + std::to_string(src);
         }
         if (seq != next[src]) {
@@ -403,8 +420,7 @@ std::string run(lt_engine_t* e, const std::string& line) {
       lt_node_t node = static_cast<lt_node_t>(u64());
       uint32_t port = static_cast<uint32_t>(u64());
       uint64_t size = std::max<uint64_t>(8, u64());
-      PendingSend ps{pattern(size, 0), 0};
-      std::memset(ps.buf.data(), 0, 8);
+      PendingSend ps{seq_message(size, 0), 0};
       int rc = LT_send_async(e, node, port, ps.buf.data(), size, &ps.id);
       if (rc) return err(rc);
       g_pending_sends.push_back(std::move(ps));
@@ -422,8 +438,7 @@ std::string run(lt_engine_t* e, const std::string& line) {
     if (cmd == "recv_pat") {  // one pattern message of `size` bytes: "ok SRC SEQ" when intact
       uint32_t port = static_cast<uint32_t>(u64());
       uint64_t size = std::max<uint64_t>(8, u64());
-      std::string t;
-      int64_t timeout_us = (in >> t) ? static_cast<int64_t>(std::stoll(t)) * 1000 : -1;
+      int64_t timeout_us = opt_timeout_us();
       std::vector<unsigned char> m(size);
       lt_node_t src = 0;
       size_t n = 0;
@@ -431,9 +446,7 @@ std::string run(lt_engine_t* e, const std::string& line) {
       if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
       if (rc) return err(rc);
       uint64_t seq;
-      std::memcpy(&seq, m.data(), sizeof(seq));
-      auto want = pattern(size, static_cast<unsigned>(seq));
-      if (n != size || std::memcmp(m.data() + 8, want.data() + 8, size - 8) != 0) {
+      if (!seq_message_ok(m, n, &seq)) {
         return "err content of message " + std::to_string(seq) + " from " + std::to_string(src);
       }
       return "ok " + std::to_string(src) + " " + std::to_string(seq);
@@ -590,8 +603,7 @@ std::string run(lt_engine_t* e, const std::string& line) {
       std::string name;
       in >> name;
       uint64_t count = cmd == "barrier" ? u64() : 0;
-      std::string t;
-      int64_t timeout_us = (in >> t) ? static_cast<int64_t>(std::stoll(t)) * 1000 : -1;
+      int64_t timeout_us = opt_timeout_us();
       int rc = cmd == "lock" ? LT_lock(e, name.c_str(), timeout_us)
                : cmd == "unlock"
                    ? LT_unlock(e, name.c_str())
