@@ -854,6 +854,13 @@ void Core::end_spin(bool will_sleep) {
   }
 }
 
+// One credit count went down (its compare-exchange was seq_cst): callers
+// watching for credits (CreditWatch) see the epoch move; without watchers
+// nothing is bumped (a locked instruction per message otherwise).
+void Core::credit_came_back() {
+  if (credit_watchers_.load(std::memory_order_seq_cst) != 0) credits_returned();
+}
+
 void Core::credits_returned() {
   credit_seq_.fetch_add(1, std::memory_order_seq_cst);
   if (credit_sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&credit_seq_);
@@ -1632,7 +1639,7 @@ void Core::return_rpc_credit(NodeId n) {
     // seq_cst with the watcher count read after it, against the caller's
     // CreditWatch and then its credit take (rpc_async): one sees the other.
     if (c.compare_exchange_weak(v, v - 1, std::memory_order_seq_cst)) {
-      if (credit_watchers_.load(std::memory_order_seq_cst) != 0) credits_returned();
+      credit_came_back();
       return;
     }
   }
@@ -1789,7 +1796,7 @@ void Core::apply_credits(NodeId from, uint32_t count) {
   while (v > 0) {
     int32_t next = v > static_cast<int32_t>(count) ? v - static_cast<int32_t>(count) : 0;
     if (f.compare_exchange_weak(v, next, std::memory_order_seq_cst)) {  // see return_rpc_credit
-      if (credit_watchers_.load(std::memory_order_seq_cst) != 0) credits_returned();
+      credit_came_back();
       return;
     }
   }

@@ -404,7 +404,8 @@ class Core {
   std::atomic<uint32_t> spinners_{0};  // callers spinning in wait(), polling for everyone
   std::atomic<uint32_t> credit_seq_{0}, credit_sleepers_{0};  // wait_credits() futex
   std::atomic<uint32_t> credit_watchers_{0};                  // live CreditWatch objects
-  void credits_returned();
+  void credits_returned();           // bumps the epoch and wakes credit waiters
+  void credit_came_back();           // credits_returned() if anyone watches (CreditWatch)
   void end_spin(bool will_sleep);    // a spinner stops; unparks the progress thread if needed
   std::atomic<bool> parked_{false};  // the progress thread is parked for them
   // The progress token holder while it handles a batch, and whether more
