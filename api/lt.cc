@@ -1,4 +1,4 @@
-// The C API over proto::Core. Translates handles and Status codes; holds no
+// The C API over proto::Engine. Translates handles and Status codes; holds no
 // state of its own beyond the engine object.
 #include "ltier/lt.h"
 
@@ -13,12 +13,12 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "ltier/manager.h"
-#include "proto/core.h"
+#include "proto/engine.h"
 #include "proto/manager.h"
 
 struct lt_engine {
   explicit lt_engine(const lt::Config& c) : core(c) {}
-  lt::proto::Core core;
+  lt::proto::Engine core;
 };
 
 static_assert(LT_ERR_INVAL == static_cast<int>(lt::Code::kInvalidArg));
@@ -263,7 +263,7 @@ int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size
   // Out of credits (the receiver has not consumed enough), the call makes a
   // CreditWatch, tries again (credits that came back before the watch are
   // seen), then waits for the epoch to move (spin, then sleep).
-  std::optional<lt::proto::Core::CreditWatch> watch;
+  std::optional<lt::proto::Engine::CreditWatch> watch;
   for (;;) {
     uint32_t epoch = e->core.credit_epoch();
     lt::Status now = e->core.send_now(node, port, buf, len);
@@ -380,7 +380,7 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
   if (e == nullptr || out_len == nullptr) return -LT_ERR_INVAL;
   lt::Deadline d = deadline(e);
   size_t n = 0;
-  std::optional<lt::proto::Core::CreditWatch> watch;  // as in LT_send
+  std::optional<lt::proto::Engine::CreditWatch> watch;  // as in LT_send
   for (;;) {
     uint32_t epoch = e->core.credit_epoch();
     auto r = e->core.rpc_async(node, func_id, in, in_len, out, out_cap, &n);

@@ -1,13 +1,13 @@
-// proto/msg: decode_header and the per-message views that proto::Core takes
+// proto/msg: decode_header and the per-message views that proto::Engine takes
 // with load<T>() once decode_header accepted a message.
 //
-// Input: one whole kData payload, as the transport hands it to Core::handle.
+// Input: one whole kData payload, as the transport hands it to Engine::handle.
 // decode_header must agree with the shape table written out here from
 // msg.h's comments (independently of msg.cc's), leave its output alone on
 // failure, and accept nothing that the fixed struct of its op would not fit:
-// every load<T>() Core makes for the op then runs on the exact-size input
+// every load<T>() Engine makes for the op then runs on the exact-size input
 // (a read past it is an ASan report) and must re-encode to the same bytes.
-// Core's own semantic checks (rights, bounds, MapReq::name_len and so on)
+// Engine's own semantic checks (rights, bounds, MapReq::name_len and so on)
 // need a joined engine; the integration tests cover them.
 #include <cstdint>
 #include <cstring>
@@ -99,7 +99,7 @@ bool expect_ok(std::span<const std::byte> b) {
   return h.status == 0 && b.size() >= s.size && (s.tail || b.size() == s.size);
 }
 
-// Core's load<T>(b) for a message it accepted: T must fit, and T re-encodes
+// Engine's load<T>(b) for a message it accepted: T must fit, and T re-encodes
 // to the bytes it came from.
 template <typename T>
 void view(std::span<const std::byte> b) {
@@ -110,7 +110,7 @@ void view(std::span<const std::byte> b) {
   FUZZ_CHECK(tail.size() == b.size() - sizeof(T), "tail");
 }
 
-// The load<T>() calls Core makes for a successful (status 0) message of each op.
+// The load<T>() calls Engine makes for a successful (status 0) message of each op.
 void views(const MsgHeader& h, std::span<const std::byte> b) {
   if (h.op >= static_cast<uint8_t>(MsgOp::kReply) && h.status != 0) {
     view<MsgHeader>(b);  // error replies: only the header is read

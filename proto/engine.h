@@ -36,18 +36,18 @@ namespace lt::proto {
 using LmrHandle = uint64_t;
 using ReqId = uint64_t;
 
-struct CoreStats {
+struct EngineStats {
   uint64_t served = 0;        // requests served for peers
   uint64_t malformed = 0;     // messages dropped by the decoder
   uint64_t late_replies = 0;  // replies for cancelled or unknown requests
 };
 
-class Core {
+class Engine {
  public:
-  explicit Core(const Config& config);
-  ~Core();
-  Core(const Core&) = delete;
-  Core& operator=(const Core&) = delete;
+  explicit Engine(const Config& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   /// Binds the transport, joins through ltier-manager, starts the progress
   /// thread. kAuth (wrong secret), kPeerDown (no manager), kTimedOut.
@@ -185,7 +185,7 @@ class Core {
   Status wait_credits(uint32_t seen, Deadline d);
   class CreditWatch {
    public:
-    explicit CreditWatch(Core& c) : c_(c) {
+    explicit CreditWatch(Engine& c) : c_(c) {
       c_.credit_watchers_.fetch_add(1, std::memory_order_seq_cst);
     }
     ~CreditWatch() { c_.credit_watchers_.fetch_sub(1, std::memory_order_seq_cst); }
@@ -193,9 +193,9 @@ class Core {
     CreditWatch& operator=(const CreditWatch&) = delete;
 
    private:
-    Core& c_;
+    Engine& c_;
   };
-  CoreStats stats() const;
+  EngineStats stats() const;
   const qos::Scheduler& scheduler() const { return sched_; }
 
  private:

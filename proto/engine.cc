@@ -1,4 +1,4 @@
-#include "proto/core.h"
+#include "proto/engine.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -46,7 +46,7 @@ inline void cpu_relax() { __builtin_ia32_pause(); }
 
 // A handle this process holds: where the LMR lives and the capability that
 // lets this node use it. Never leaves the engine.
-struct Core::Mapping {
+struct Engine::Mapping {
   NodeId owner = 0;
   uint64_t key = 0;
   uint64_t cap = 0;
@@ -67,7 +67,7 @@ constexpr uint64_t alive_offset(uint64_t size) { return (size + 7) & ~uint64_t{7
 // the 8-byte word after the data (at alive_offset(size)) holds the LMR's key
 // while it exists and 0 once freed, which is how a native access from a
 // peer tells a live LMR from a freed one.
-struct Core::LocalLmr {
+struct Engine::LocalLmr {
   std::byte* mem = nullptr;
   uint64_t size = 0;
   SipKey secret;
@@ -83,7 +83,7 @@ struct Core::LocalLmr {
   }
 };
 
-enum class Core::ReqKind : uint8_t {
+enum class Engine::ReqKind : uint8_t {
   kPlain,
   kRead,
   kAlloc,
@@ -96,7 +96,7 @@ enum class Core::ReqKind : uint8_t {
   kRpcRecv,   // a server-loop receive of an RPC request (recv_rpc_async)
 };
 
-struct Core::Request {
+struct Engine::Request {
   uint32_t idx = 0;
   std::atomic<uint32_t> free_next{0};  // free stack link: index+1, 0 ends
   std::atomic<uint64_t> word{0};       // [generation:32][state:8]
@@ -128,7 +128,7 @@ struct Core::Request {
 };
 
 // An RPC request waiting for a server-loop receive (LT_recvRPC).
-struct Core::QueuedRpc {
+struct Engine::QueuedRpc {
   NodeId src = 0;
   uint64_t caller_req = 0;
   std::vector<std::byte> data;
@@ -136,13 +136,13 @@ struct Core::QueuedRpc {
 
 // Per server-loop function id: requests waiting for receives and receives
 // waiting for requests; at most one of the two queues is non-empty.
-struct Core::RpcQueue {
+struct Engine::RpcQueue {
   std::deque<QueuedRpc> waiting;
   std::deque<PostedRecv> posted;
 };
 
 // A request for a handler on the worker pool.
-struct Core::RpcJob {
+struct Engine::RpcJob {
   NodeId src = 0;
   uint64_t caller_req = 0;
   std::shared_ptr<RpcHandler> fn;
@@ -151,7 +151,7 @@ struct Core::RpcJob {
 
 // A message that arrived before a receive was posted: its bytes (eager), or
 // the sender's rendezvous request (rts).
-struct Core::Unexpected {
+struct Engine::Unexpected {
   NodeId src = 0;
   bool rts = false;
   uint64_t len = 0;
@@ -162,12 +162,12 @@ struct Core::Unexpected {
 
 // Per port: messages waiting for receives and receives waiting for messages;
 // at most one of the two queues is non-empty.
-struct Core::Port {
+struct Engine::Port {
   std::deque<Unexpected> unexpected;
   std::deque<PostedRecv> posted;
 };
 
-Core::Core(const Config& config)
+Engine::Engine(const Config& config)
     : config_(config),
       sched_(config.qos),
       lmrs_(1u << 16),
@@ -179,14 +179,14 @@ Core::Core(const Config& config)
   cq_.resize(kCqBatch);
 }
 
-Core::~Core() {
+Engine::~Engine() {
   leave();
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-std::string Core::transport_address() const { return tcp_ ? tcp_->local_address() : ""; }
+std::string Engine::transport_address() const { return tcp_ ? tcp_->local_address() : ""; }
 
-Result<std::pair<std::string, std::string>> Core::peer_transport(NodeId node) {
+Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) {
   if (!joined_.load()) return Code::kNotJoined;
   if (node == self()) return std::pair<std::string, std::string>{"self", "this node"};
   transport::Endpoint* ep;
@@ -198,7 +198,7 @@ Result<std::pair<std::string, std::string>> Core::peer_transport(NodeId node) {
   return std::pair<std::string, std::string>{t->name(), why ? why : ""};
 }
 
-transport::Transport* Core::pick_transport(const transport::PeerInfo& info,
+transport::Transport* Engine::pick_transport(const transport::PeerInfo& info,
                                            const char** why) const {
   bool same_host = !info.host_id.empty() && info.host_id == host_id_;
   if (shm_ != nullptr && same_host && !info.shm_address.empty()) {
@@ -221,7 +221,7 @@ transport::Transport* Core::pick_transport(const transport::PeerInfo& info,
 
 // ---------------------------------------------------------------- lifecycle
 
-Status Core::join() {
+Status Engine::join() {
   if (joined_.load()) return Code::kInvalidArg;
   LT_DEBUG("join: start");
   // Zero credits would refuse every message or call with AGAIN, for good.
@@ -281,7 +281,7 @@ Status Core::join() {
   return Status::ok();
 }
 
-void Core::leave() {
+void Engine::leave() {
   if (!joined_.exchange(false)) return;
   membership_.leave();
   {
@@ -310,7 +310,7 @@ void Core::leave() {
   }
 }
 
-void Core::progress_loop() {
+void Engine::progress_loop() {
   progress_tid_.store(std::this_thread::get_id(), std::memory_order_release);
   int ep = epoll_create1(EPOLL_CLOEXEC);
   // Parking set: the manager and the wake fd only, for while a caller spins.
@@ -412,7 +412,7 @@ void Core::progress_loop() {
   close(ep);
 }
 
-bool Core::on_manager_readable(std::vector<Membership::Event>* events) {
+bool Engine::on_manager_readable(std::vector<Membership::Event>* events) {
   events->clear();
   Status s = membership_.on_readable(events);
   for (auto& e : *events) {
@@ -421,7 +421,7 @@ bool Core::on_manager_readable(std::vector<Membership::Event>* events) {
   return s.is_ok();
 }
 
-void Core::on_member_down(NodeId n) {
+void Engine::on_member_down(NodeId n) {
   LT_INFO("node %u is down", n);
   if (n < kMaxNodes) peers_[n].down.store(true);
   retire_endpoint(n);
@@ -440,7 +440,7 @@ void Core::on_member_down(NodeId n) {
 
 // ---------------------------------------------------------------- RPC serving
 
-void Core::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
+void Engine::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
                    std::span<const std::byte> in, std::span<std::byte> out) {
   size_t n = 0;
   Status s = fn(from, in, out, &n);
@@ -450,7 +450,7 @@ void Core::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
              default_deadline(), true);
 }
 
-void Core::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+void Engine::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   auto q = load<RpcReq>(b);
   auto in = b.subspan(sizeof(RpcReq));
   // The config, not rpc_workers_: join() fills that vector while the
@@ -527,7 +527,7 @@ void Core::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte>
 
 // Completes a claimed server-loop receive with one request: kTruncated
 // (request left queued by the caller) or the bytes and a reply token.
-void Core::deliver_rpc(Request* r, NodeId from, uint64_t caller_req,
+void Engine::deliver_rpc(Request* r, NodeId from, uint64_t caller_req,
                        std::span<const std::byte> in) {
   *r->rpc_len = in.size();
   *r->msg_src = from;
@@ -545,7 +545,7 @@ void Core::deliver_rpc(Request* r, NodeId from, uint64_t caller_req,
   finish(r, Status::ok());
 }
 
-void Core::rpc_worker_loop() {
+void Engine::rpc_worker_loop() {
   std::unique_ptr<std::byte[]> out(new std::byte[max_payload_ - sizeof(MsgHeader)]);
   std::span<std::byte> outs(out.get(), max_payload_ - sizeof(MsgHeader));
   std::unique_lock<std::mutex> g(jobs_mu_);
@@ -560,7 +560,7 @@ void Core::rpc_worker_loop() {
   }
 }
 
-Status Core::register_rpc_queue(uint32_t func_id) {
+Status Engine::register_rpc_queue(uint32_t func_id) {
   if (func_id > 0xffff) return Code::kInvalidArg;
   std::unique_lock<std::shared_mutex> g(rpc_mu_);
   if (handlers_.count(func_id) || rpc_queues_.count(func_id)) return Code::kExists;
@@ -568,7 +568,7 @@ Status Core::register_rpc_queue(uint32_t func_id) {
   return Status::ok();
 }
 
-Result<ReqId> Core::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, NodeId* src,
+Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, NodeId* src,
                                    size_t* len, uint64_t* token) {
   if (!joined_.load()) return Code::kNotJoined;
   if (src == nullptr || len == nullptr || token == nullptr || (buf == nullptr && cap != 0)) {
@@ -613,7 +613,7 @@ Result<ReqId> Core::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, Node
   return id;
 }
 
-Status Core::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
+Status Engine::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
   if (!joined_.load()) return Code::kNotJoined;
   if ((out == nullptr && len != 0) || len > max_payload_ - sizeof(MsgHeader)) {
     return Code::kInvalidArg;
@@ -631,7 +631,7 @@ Status Core::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
               default_deadline(), true);
 }
 
-bool Core::progress(const std::atomic<uint64_t>* watch) {
+bool Engine::progress(const std::atomic<uint64_t>* watch) {
   if (transports_.empty()) return false;
   bool did = false;
   // One thread polls at a time (busy_). A caller that finds it taken leaves
@@ -697,7 +697,7 @@ bool Core::progress(const std::atomic<uint64_t>* watch) {
   }
 }
 
-void Core::handle(const Completion& c) {
+void Engine::handle(const Completion& c) {
   if (c.kind == CqKind::kPeerLost) {
     LT_INFO("connection to node %u lost", c.peer);
     retire_endpoint(c.peer);
@@ -723,7 +723,7 @@ void Core::handle(const Completion& c) {
 
 // ---------------------------------------------------------------- requests
 
-Result<Core::Request*> Core::alloc_request(ReqKind kind, NodeId peer, ReqId* id) {
+Result<Engine::Request*> Engine::alloc_request(ReqKind kind, NodeId peer, ReqId* id) {
   LT_RETURN_IF_ERROR(sched_.admit());
   uint64_t head = free_head_.load(std::memory_order_acquire);
   uint32_t idx;
@@ -757,11 +757,11 @@ Result<Core::Request*> Core::alloc_request(ReqKind kind, NodeId peer, ReqId* id)
   return r;
 }
 
-Core::Request* Core::req_at(uint32_t idx) const {
+Engine::Request* Engine::req_at(uint32_t idx) const {
   return &chunks_[idx / kReqChunk][idx % kReqChunk];
 }
 
-Status Core::grow_requests() {
+Status Engine::grow_requests() {
   std::lock_guard<std::mutex> g(grow_mu_);
   if (static_cast<uint32_t>(free_head_.load(std::memory_order_acquire)) != 0) {
     return Status::ok();  // another thread grew (or freed) meanwhile
@@ -789,7 +789,7 @@ Status Core::grow_requests() {
   return Status::ok();
 }
 
-Result<ReqId> Core::done_request(Status s) {
+Result<ReqId> Engine::done_request(Status s) {
   ReqId id;
   auto r = alloc_request(ReqKind::kPlain, 0, &id);
   if (!r) return r.status();
@@ -799,7 +799,7 @@ Result<ReqId> Core::done_request(Status s) {
   return id;
 }
 
-void Core::finish(Request* r, Status s) {
+void Engine::finish(Request* r, Status s) {
   drop_placement(r);
   r->status = s.code();
   uint64_t w = r->word.load(std::memory_order_relaxed);
@@ -813,7 +813,7 @@ void Core::finish(Request* r, Status s) {
   }
 }
 
-void Core::release(Request* r) {
+void Engine::release(Request* r) {
   uint32_t idx = r->idx;
   r->bounce.reset();
   r->copy_dst.reset();
@@ -830,7 +830,7 @@ void Core::release(Request* r) {
   }
 }
 
-Core::Request* Core::lookup(ReqId id) {
+Engine::Request* Engine::lookup(ReqId id) {
   uint32_t idx = static_cast<uint32_t>(id);
   uint32_t gen = static_cast<uint32_t>(id >> 32);
   if (idx >= num_reqs_.load(std::memory_order_acquire)) return nullptr;
@@ -842,9 +842,9 @@ Core::Request* Core::lookup(ReqId id) {
   return r;
 }
 
-Status Core::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
+Status Engine::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
 
-void Core::end_spin(bool will_sleep) {
+void Engine::end_spin(bool will_sleep) {
   if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
       parked_.load(std::memory_order_seq_cst)) {
     // Nobody polls while we sleep: unpark the progress thread.
@@ -857,16 +857,16 @@ void Core::end_spin(bool will_sleep) {
 // One credit count went down (its compare-exchange was seq_cst): callers
 // watching for credits (CreditWatch) see the epoch move; without watchers
 // nothing is bumped (a locked instruction per message otherwise).
-void Core::credit_came_back() {
+void Engine::credit_came_back() {
   if (credit_watchers_.load(std::memory_order_seq_cst) != 0) credits_returned();
 }
 
-void Core::credits_returned() {
+void Engine::credits_returned() {
   credit_seq_.fetch_add(1, std::memory_order_seq_cst);
   if (credit_sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&credit_seq_);
 }
 
-Status Core::wait_credits(uint32_t seen, Deadline d) {
+Status Engine::wait_credits(uint32_t seen, Deadline d) {
   uint64_t spin_until = now_ns() + config_.engine.spin_us * 1000ull;
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   while (credit_seq_.load(std::memory_order_acquire) == seen && now_ns() < spin_until) {
@@ -885,7 +885,7 @@ Status Core::wait_credits(uint32_t seen, Deadline d) {
   return Status::ok();
 }
 
-Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
+Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
   // The spin budget starts at the first clock read, 8 polls in: a wait that
@@ -932,7 +932,7 @@ Status Core::wait_impl(ReqId id, Deadline d, Results* res) {
   return s;
 }
 
-Status Core::test(ReqId id) {
+Status Engine::test(ReqId id) {
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
   if ((r->word.load(std::memory_order_acquire) & 0xff) != kStDone) {
@@ -944,7 +944,7 @@ Status Core::test(ReqId id) {
   return s;
 }
 
-Status Core::wait_or_cancel(ReqId id, Deadline d, Results* res) {
+Status Engine::wait_or_cancel(ReqId id, Deadline d, Results* res) {
   Status s = wait_impl(id, d, res);
   if (s.code() != Code::kTimedOut) return s;
   Request* r = lookup(id);
@@ -961,7 +961,7 @@ Status Core::wait_or_cancel(ReqId id, Deadline d, Results* res) {
   return wait_impl(id, Deadline::never(), res);
 }
 
-void Core::fail_requests_to(NodeId peer, Code c) {
+void Engine::fail_requests_to(NodeId peer, Code c) {
   for (uint32_t i = 0, n = num_reqs_.load(std::memory_order_acquire); i < n; ++i) {
     Request* r = req_at(i);
     if (r->peer.load() != peer) continue;
@@ -981,7 +981,7 @@ void Core::fail_requests_to(NodeId peer, Code c) {
 
 // ---------------------------------------------------------------- peers
 
-Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
+Status Engine::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
   if (p == 0 || p >= kMaxNodes) return Code::kPeerDown;
   PeerSlot& ps = peers_[p];
   if (ps.down.load(std::memory_order_relaxed)) return Code::kPeerDown;
@@ -1047,12 +1047,12 @@ Status Core::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
   return Status::ok();
 }
 
-void Core::retire_endpoint(NodeId p) {
+void Engine::retire_endpoint(NodeId p) {
   if (p == 0 || p >= kMaxNodes) return;
   peers_[p].ep.store(nullptr, std::memory_order_release);
 }
 
-Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
+Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
                   bool reply, bool more) {
   transport::Endpoint* ep;
   LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
@@ -1074,7 +1074,7 @@ Status Core::send(NodeId p, const void* hdr, size_t hlen, const void* data, size
 
 // Posts one work request to `p`, polling while the transport pushes back,
 // until `d`. A broken connection retires the endpoint (PEER_DOWN).
-Status Core::post_one(NodeId p, transport::Endpoint* ep, const WorkRequest& wr, Deadline d) {
+Status Engine::post_one(NodeId p, transport::Endpoint* ep, const WorkRequest& wr, Deadline d) {
   for (;;) {
     auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
     if (!r) {
@@ -1087,7 +1087,7 @@ Status Core::post_one(NodeId p, transport::Endpoint* ep, const WorkRequest& wr, 
   }
 }
 
-Status Core::send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
+Status Engine::send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
                           const void* data, size_t dlen, bool more) {
   (void)id;
   // Publish the request's fields to whichever thread completes it: the
@@ -1113,18 +1113,18 @@ Status Core::send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_
 // ---------------------------------------------------------------- checks
 
 template <typename F>
-Status Core::with_lmr(uint64_t key, F&& f) {
+Status Engine::with_lmr(uint64_t key, F&& f) {
   std::shared_ptr<LocalLmr> l;
   LT_RETURN_IF_ERROR(lmrs_.get(key, &l));
   return f(l);
 }
 
-uint64_t Core::cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const {
+uint64_t Engine::cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const {
   uint64_t in[2] = {key, rights};
   return siphash24(secret, in, sizeof(in));
 }
 
-Status Core::check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const {
+Status Engine::check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const {
   std::shared_ptr<Mapping> p;
   LT_RETURN_IF_ERROR(handles_.get(h, &p));
   if ((p->rights & need) != need) return Code::kPerm;
@@ -1133,12 +1133,12 @@ Status Core::check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len,
   return Status::ok();
 }
 
-Status Core::check_access(LmrHandle h, uint32_t need, uint64_t off, uint64_t len) const {
+Status Engine::check_access(LmrHandle h, uint32_t need, uint64_t off, uint64_t len) const {
   Mapping m;
   return check_range(h, need, off, len, &m);
 }
 
-Status Core::check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need,
+Status Engine::check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need,
                        uint64_t off, uint64_t len) const {
   if (ref.pad != 0 || ref.key != key) return Code::kMalformed;
   if (cap_for(l.secret, key, ref.rights) != ref.cap) return Code::kPerm;
@@ -1149,7 +1149,7 @@ Status Core::check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint3
 
 // ---------------------------------------------------------------- LMR directory
 
-Result<LmrHandle> Core::malloc(NodeId node, uint64_t size, uint32_t rights, Deadline d) {
+Result<LmrHandle> Engine::malloc(NodeId node, uint64_t size, uint32_t rights, Deadline d) {
   if (!joined_.load()) return Code::kNotJoined;
   if (size == 0 || (rights & ~(kRightRead | kRightWrite | kRightAtomic)) != 0) {
     return Code::kInvalidArg;
@@ -1197,7 +1197,7 @@ Result<LmrHandle> Core::malloc(NodeId node, uint64_t size, uint32_t rights, Dead
   return h;
 }
 
-Status Core::free(LmrHandle h, Deadline d) {
+Status Engine::free(LmrHandle h, Deadline d) {
   std::shared_ptr<Mapping> m;
   LT_RETURN_IF_ERROR(handles_.get(h, &m));
   if (!m->master) return Code::kPerm;
@@ -1230,7 +1230,7 @@ Status Core::free(LmrHandle h, Deadline d) {
   return s.code() == Code::kBadHandle ? Status::ok() : s;
 }
 
-Status Core::publish(LmrHandle h, const std::string& name, uint32_t max_rights, Deadline d) {
+Status Engine::publish(LmrHandle h, const std::string& name, uint32_t max_rights, Deadline d) {
   std::shared_ptr<Mapping> m;
   LT_RETURN_IF_ERROR(handles_.get(h, &m));
   if (!m->master) return Code::kPerm;
@@ -1251,7 +1251,7 @@ Status Core::publish(LmrHandle h, const std::string& name, uint32_t max_rights, 
   return s;
 }
 
-Result<LmrHandle> Core::map(const std::string& name, uint32_t rights, Deadline d) {
+Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline d) {
   if (!joined_.load()) return Code::kNotJoined;
   if (name.empty() || name.size() > kMaxName || rights == 0 ||
       (rights & ~(kRightRead | kRightWrite | kRightAtomic)) != 0) {
@@ -1294,14 +1294,14 @@ Result<LmrHandle> Core::map(const std::string& name, uint32_t rights, Deadline d
   return handles_.insert(m);
 }
 
-Status Core::unmap(LmrHandle h) {
+Status Engine::unmap(LmrHandle h) {
   std::shared_ptr<Mapping> m;
   LT_RETURN_IF_ERROR(handles_.get(h, &m));
   if (m->master) return Code::kInvalidArg;  // the master releases with free()
   return handles_.erase(h, nullptr);
 }
 
-Result<uint64_t> Core::lmr_size(LmrHandle h) const {
+Result<uint64_t> Engine::lmr_size(LmrHandle h) const {
   std::shared_ptr<Mapping> m;
   LT_RETURN_IF_ERROR(handles_.get(h, &m));
   return m->size;
@@ -1311,7 +1311,7 @@ Result<uint64_t> Core::lmr_size(LmrHandle h) const {
 
 // Memory for an LMR of `size` bytes (zero-filled) plus its liveness word,
 // entered in the LMR table.
-Result<std::shared_ptr<Core::LocalLmr>> Core::new_lmr(uint64_t size, NodeId master) {
+Result<std::shared_ptr<Engine::LocalLmr>> Engine::new_lmr(uint64_t size, NodeId master) {
   if (size == 0) return Code::kInvalidArg;
   if (size > config_.engine.max_lmr_bytes) return Code::kNoMemory;
   transport::Transport* t = shm_ != nullptr ? shm_ : transports_.front().get();
@@ -1335,7 +1335,7 @@ Result<std::shared_ptr<Core::LocalLmr>> Core::new_lmr(uint64_t size, NodeId mast
 
 // The endpoint for native one-sided access to m's memory: the owner shares
 // our host and the LMR lives in its shm memory. Null: use messages.
-transport::Endpoint* Core::native_endpoint(const Mapping& m) {
+transport::Endpoint* Engine::native_endpoint(const Mapping& m) {
   if (m.rkey == 0 || shm_ == nullptr || m.owner == self()) return nullptr;
   transport::Endpoint* ep;
   if (!endpoint(m.owner, default_deadline(), &ep).is_ok()) return nullptr;
@@ -1345,7 +1345,7 @@ transport::Endpoint* Core::native_endpoint(const Mapping& m) {
 // One native op on a same-host peer's LMR (rights and bounds were checked
 // against the handle): first the LMR's liveness word, so an op on a freed
 // LMR fails with kBadHandle as it would at the owner, then the op itself.
-Status Core::native_op(const Mapping& m, transport::Endpoint* ep, const WorkRequest& wr) {
+Status Engine::native_op(const Mapping& m, transport::Endpoint* ep, const WorkRequest& wr) {
   uint64_t alive = 0;
   WorkRequest chk;
   chk.op = transport::Op::kRead;
@@ -1378,7 +1378,7 @@ static uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, ui
 // The part of a read or write that needs no request: the LMR is this
 // node's (memcpy under its table entry) or a same-host peer's over shm
 // (native). False: it must go as a request. `m` is checked already.
-bool Core::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
+bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
                     Status* s) {
   uint32_t need = write ? kRightWrite : kRightRead;
   if (m.owner == self()) {
@@ -1406,7 +1406,7 @@ bool Core::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, 
 }
 
 // The same for an atomic (aligned, rights checked).
-bool Core::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
+bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
                          uint64_t compare, uint64_t* old, Status* s) {
   if (m.owner == self()) {
     LmrRef ref{m.key, m.cap, m.rights, 0};
@@ -1430,7 +1430,7 @@ bool Core::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64
   return true;
 }
 
-bool Core::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
+bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
   Mapping m;
   *s = check_range(h, kRightRead, off, len, &m);
   if (!s->is_ok()) return true;
@@ -1439,7 +1439,7 @@ bool Core::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* 
   return copy_now(m, false, off, static_cast<std::byte*>(buf), len, s);
 }
 
-bool Core::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
+bool Engine::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
   Mapping m;
   *s = check_range(h, kRightWrite, off, len, &m);
   if (!s->is_ok()) return true;
@@ -1449,7 +1449,7 @@ bool Core::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, S
   return copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, s);
 }
 
-bool Core::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand, uint64_t compare,
+bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand, uint64_t compare,
                       uint64_t* old, Status* s) {
   Mapping m;
   *s = check_range(h, kRightAtomic, off, sizeof(uint64_t), &m);
@@ -1459,7 +1459,7 @@ bool Core::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operan
                        operand, compare, old, s);
 }
 
-Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
+Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
   Mapping m;
   LT_RETURN_IF_ERROR(check_range(h, kRightRead, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
@@ -1478,7 +1478,7 @@ Result<ReqId> Core::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t le
   return id;
 }
 
-Result<ReqId> Core::write_async(LmrHandle h, uint64_t off, const void* buf, uint64_t len) {
+Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, uint64_t len) {
   Mapping m;
   LT_RETURN_IF_ERROR(check_range(h, kRightWrite, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
@@ -1495,7 +1495,7 @@ Result<ReqId> Core::write_async(LmrHandle h, uint64_t off, const void* buf, uint
   return id;
 }
 
-Result<ReqId> Core::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint64_t len) {
+Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint64_t len) {
   Mapping m;
   LT_RETURN_IF_ERROR(check_range(h, kRightWrite, off, len, &m));
   if (len == 0) return done_request(Status::ok());
@@ -1517,7 +1517,7 @@ Result<ReqId> Core::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint6
   return id;
 }
 
-Status Core::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
+Status Engine::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
                         uint64_t len) {
   LmrRef dref{dst.key, dst.cap, dst.rights, 0}, sref{src.key, src.cap, src.rights, 0};
   return with_lmr(dst.key, [&](std::shared_ptr<LocalLmr>& d) -> Status {
@@ -1530,7 +1530,7 @@ Status Core::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, u
   });
 }
 
-Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
+Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
                                  uint64_t len) {
   Mapping d, s;
   LT_RETURN_IF_ERROR(check_range(dst, kRightWrite, dst_off, len, &d));
@@ -1595,7 +1595,7 @@ Result<ReqId> Core::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src,
   return id;
 }
 
-Result<ReqId> Core::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
+Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
                                  uint64_t compare, uint64_t* old) {
   if (old == nullptr) return Code::kInvalidArg;
   Mapping m;
@@ -1618,11 +1618,11 @@ Result<ReqId> Core::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uin
   return id;
 }
 
-Result<ReqId> Core::fetch_add_async(LmrHandle h, uint64_t off, uint64_t add, uint64_t* old) {
+Result<ReqId> Engine::fetch_add_async(LmrHandle h, uint64_t off, uint64_t add, uint64_t* old) {
   return atomic_async(h, off, AtomicKind::kFetchAdd, add, 0, old);
 }
 
-Result<ReqId> Core::compare_swap_async(LmrHandle h, uint64_t off, uint64_t expected,
+Result<ReqId> Engine::compare_swap_async(LmrHandle h, uint64_t off, uint64_t expected,
                                        uint64_t desired, uint64_t* old) {
   return atomic_async(h, off, AtomicKind::kCompareSwap, desired, expected, old);
 }
@@ -1631,7 +1631,7 @@ Result<ReqId> Core::compare_swap_async(LmrHandle h, uint64_t off, uint64_t expec
 
 // Never below zero: a reply that arrives (on a new connection) for a call
 // already failed by a peer loss must not mint an extra credit.
-void Core::return_rpc_credit(NodeId n) {
+void Engine::return_rpc_credit(NodeId n) {
   if (n == 0 || n >= kMaxNodes) return;
   std::atomic<int32_t>& c = peers_[n].rpc_in_flight;
   int32_t v = c.load(std::memory_order_acquire);
@@ -1645,7 +1645,7 @@ void Core::return_rpc_credit(NodeId n) {
   }
 }
 
-Status Core::register_rpc(uint32_t func_id, RpcHandler h) {
+Status Engine::register_rpc(uint32_t func_id, RpcHandler h) {
   if (func_id > 0xffff || !h) return Code::kInvalidArg;
   std::unique_lock<std::shared_mutex> g(rpc_mu_);
   if (handlers_.count(func_id)) return Code::kExists;
@@ -1662,13 +1662,13 @@ Status Core::register_rpc(uint32_t func_id, RpcHandler h) {
 }
 
 // Handlers are never removed, so the pointer stays good for the core's life.
-const Core::RpcHandler* Core::handler_for(uint32_t func_id) const {
+const Engine::RpcHandler* Engine::handler_for(uint32_t func_id) const {
   if (func_id > 0xffff) return nullptr;
   HandlerSlot* page = handler_pages_[func_id >> 8].load(std::memory_order_acquire);
   return page == nullptr ? nullptr : page[func_id & 0xff].load(std::memory_order_acquire);
 }
 
-Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len,
+Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len,
                               void* out, size_t out_cap, size_t* out_len) {
   if (!joined_.load()) return Code::kNotJoined;
   if (func_id > 0xffff || out_len == nullptr || (in == nullptr && in_len != 0) ||
@@ -1726,7 +1726,7 @@ Result<ReqId> Core::rpc_async(NodeId node, uint32_t func_id, const void* in, siz
 
 // Credits owed to a peer, taken to ride on a message to it (reads first:
 // most messages owe none, and the compare-exchange is a locked instruction).
-uint32_t Core::take_owed(PeerSlot& ps) {
+uint32_t Engine::take_owed(PeerSlot& ps) {
   uint32_t c = ps.consumed.load(std::memory_order_acquire);
   uint32_t r = ps.credited.load(std::memory_order_relaxed);
   while (static_cast<int32_t>(c - r) > 0) {
@@ -1741,7 +1741,7 @@ uint32_t Core::take_owed(PeerSlot& ps) {
 // messages still unconsumed here, so batching never withholds the credit it
 // waits for from a receiver that keeps receiving. msg_mu_ is held: the
 // only writer of `consumed`, so counting is no locked instruction.
-bool Core::count_consumed_locked(NodeId from) {
+bool Engine::count_consumed_locked(NodeId from) {
   if (from == 0 || from >= kMaxNodes) return false;
   PeerSlot& ps = peers_[from];
   uint32_t c = ps.consumed.load(std::memory_order_relaxed) + 1;
@@ -1751,7 +1751,7 @@ bool Core::count_consumed_locked(NodeId from) {
   return static_cast<int32_t>(c - ps.credited.load(std::memory_order_relaxed)) >= batch;
 }
 
-void Core::credit_consumed(NodeId from) {
+void Engine::credit_consumed(NodeId from) {
   bool due;
   {
     std::lock_guard<SpinLock> g(msg_mu_);
@@ -1761,7 +1761,7 @@ void Core::credit_consumed(NodeId from) {
 }
 
 // Sends what is owed to `to` now (count_consumed_locked said a MsgCredit is due).
-void Core::send_credit(NodeId to) {
+void Engine::send_credit(NodeId to) {
   uint32_t n = take_owed(peers_[to]);
   if (n == 0) return;  // a piggybacking sender took them
   if (to == self()) {
@@ -1778,7 +1778,7 @@ void Core::send_credit(NodeId to) {
 // (the other end zeroes its counts as well). Messages of the old connection
 // still waiting in a store here return their credits later: a sender may
 // then have up to twice its credits unconsumed here, once.
-void Core::reset_credits(NodeId p) {
+void Engine::reset_credits(NodeId p) {
   if (p == 0 || p >= kMaxNodes) return;
   PeerSlot& ps = peers_[p];
   ps.msg_in_flight.store(0, std::memory_order_seq_cst);
@@ -1789,7 +1789,7 @@ void Core::reset_credits(NodeId p) {
 
 // Never below zero: credits that arrive after a connection was lost and
 // re-made must not mint extra ones.
-void Core::apply_credits(NodeId from, uint32_t count) {
+void Engine::apply_credits(NodeId from, uint32_t count) {
   if (count == 0 || from == 0 || from >= kMaxNodes) return;
   std::atomic<int32_t>& f = peers_[from].msg_in_flight;
   int32_t v = f.load(std::memory_order_acquire);
@@ -1805,7 +1805,7 @@ void Core::apply_credits(NodeId from, uint32_t count) {
 // ---------------------------------------------------------------- staging
 
 // First fit in the stage (made on first use); 64-byte granules.
-bool Core::stage_alloc(NodeId peer, uint64_t len, uint64_t* off) {
+bool Engine::stage_alloc(NodeId peer, uint64_t len, uint64_t* off) {
   if (config_.shm.stage_bytes == 0 || len > config_.shm.stage_bytes) return false;
   uint64_t need = (std::max<uint64_t>(len, 1) + 63) & ~uint64_t{63};
   std::lock_guard<std::mutex> g(stage_mu_);
@@ -1833,7 +1833,7 @@ bool Core::stage_alloc(NodeId peer, uint64_t len, uint64_t* off) {
   return false;  // full: this message is pulled instead
 }
 
-void Core::stage_free(NodeId peer, uint64_t off) {
+void Engine::stage_free(NodeId peer, uint64_t off) {
   std::lock_guard<std::mutex> g(stage_mu_);
   auto it = stage_used_.find(off);
   if (it == stage_used_.end() || it->second.peer != peer) return;  // not theirs: ignore
@@ -1855,7 +1855,7 @@ void Core::stage_free(NodeId peer, uint64_t off) {
 }
 
 // The peer is gone: what it had not read yet is freed.
-void Core::stage_release_peer(NodeId peer) {
+void Engine::stage_release_peer(NodeId peer) {
   std::vector<uint64_t> offs;
   {
     std::lock_guard<std::mutex> g(stage_mu_);
@@ -1868,7 +1868,7 @@ void Core::stage_release_peer(NodeId peer) {
 
 // Completes a claimed receive with a message staged at its sender: read it
 // natively into the receive's buffer, then let the sender free it.
-void Core::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off) {
+void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off) {
   Status s;
   *r->rpc_len = len;
   *r->msg_src = from;
@@ -1895,7 +1895,7 @@ void Core::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, 
 }
 
 // Copies an eager message into a claimed receive and completes it.
-void Core::deliver_eager(Request* r, NodeId from, std::span<const std::byte> data) {
+void Engine::deliver_eager(Request* r, NodeId from, std::span<const std::byte> data) {
   Status s;
   *r->rpc_len = data.size();
   *r->msg_src = from;
@@ -1910,7 +1910,7 @@ void Core::deliver_eager(Request* r, NodeId from, std::span<const std::byte> dat
 // The entry of `port`, made on first use. Caller holds msg_mu_, and uses
 // the entry before it looks up another (making one may drop empty ones).
 // One message stream usually uses one port: the last lookup is kept.
-Core::Port& Core::port_locked(uint32_t port) {
+Engine::Port& Engine::port_locked(uint32_t port) {
   if (last_port_ != nullptr && last_port_num_ == port) return *last_port_;
   auto it = ports_.find(port);
   if (it == ports_.end()) {
@@ -1933,7 +1933,7 @@ Core::Port& Core::port_locked(uint32_t port) {
 // of its `posted` FIFO (if it is there: it may have been skipped already), so
 // that receives timing out on a quiet port or function do not pile up. The
 // newest entries are looked at first.
-void Core::unpost(Request* r, ReqId id) {
+void Engine::unpost(Request* r, ReqId id) {
   auto erase = [id](std::deque<PostedRecv>& posted) {
     for (auto it = posted.rbegin(); it != posted.rend(); ++it) {
       if (it->id == id) {
@@ -1960,7 +1960,7 @@ void Core::unpost(Request* r, ReqId id) {
 
 // Takes the oldest posted receive that is still pending (a cancelled one is
 // skipped and dropped). Caller holds msg_mu_.
-bool Core::claim_posted(Port& p, Request** out) {
+bool Engine::claim_posted(Port& p, Request** out) {
   while (!p.posted.empty()) {
     PostedRecv pr = p.posted.front();
     p.posted.pop_front();
@@ -1974,11 +1974,11 @@ bool Core::claim_posted(Port& p, Request** out) {
   return false;
 }
 
-Result<ReqId> Core::send_async(NodeId node, uint32_t port, const void* buf, size_t len) {
+Result<ReqId> Engine::send_async(NodeId node, uint32_t port, const void* buf, size_t len) {
   return send_impl(node, port, buf, len, false);
 }
 
-Status Core::send_now(NodeId node, uint32_t port, const void* buf, size_t len) {
+Status Engine::send_now(NodeId node, uint32_t port, const void* buf, size_t len) {
   auto r = send_impl(node, port, buf, len, true);
   return r.is_ok() ? Status::ok() : r.status();
 }
@@ -1986,7 +1986,7 @@ Status Core::send_now(NodeId node, uint32_t port, const void* buf, size_t len) {
 // no_request: the caller blocks anyway (LT_send), so an eager or staged
 // message, complete once posted, needs no request slot (ReqId 0); a message
 // that must be pulled gives kUnsupported with nothing taken.
-Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_t len,
+Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, size_t len,
                               bool no_request) {
   if (!joined_.load()) return Code::kNotJoined;
   if ((buf == nullptr && len != 0) || len > max_payload_ - sizeof(MsgEager)) {
@@ -2100,7 +2100,7 @@ Result<ReqId> Core::send_impl(NodeId node, uint32_t port, const void* buf, size_
   return id;
 }
 
-Result<ReqId> Core::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
+Result<ReqId> Engine::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
   if (!joined_.load()) return Code::kNotJoined;
   if (src == nullptr || len == nullptr || (buf == nullptr && cap != 0)) return Code::kInvalidArg;
   ReqId id;
@@ -2119,7 +2119,7 @@ Result<ReqId> Core::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src
 // Matches a pending receive with the oldest message waiting on its port, or
 // queues it. An eager message is copied in at once; a rendezvous one is
 // pulled from its sender (the receive then waits on that node).
-void Core::match_recv(Request* req, ReqId id) {
+void Engine::match_recv(Request* req, ReqId id) {
   Unexpected u;
   bool place = false, credit_due = false;
   {
@@ -2171,13 +2171,13 @@ void Core::match_recv(Request* req, ReqId id) {
 // Extra spin for a waiter on a `len`-byte rendezvous: about the time its
 // copy takes at 4 GB/s, at most kMaxRendezvousSpinUs. A waiter that sleeps
 // through the copy pays a wake-up (tens of µs here) after it.
-uint32_t Core::rendezvous_spin_us(uint64_t len) {
+uint32_t Engine::rendezvous_spin_us(uint64_t len) {
   return static_cast<uint32_t>(std::min<uint64_t>(len >> 12, kMaxRendezvousSpinUs));
 }
 
 // True when the sender `from` can write a `len`-byte message straight into
 // a receive buffer of `cap` bytes (the transport to it places writes).
-bool Core::can_place(NodeId from, uint64_t len, uint64_t cap) const {
+bool Engine::can_place(NodeId from, uint64_t len, uint64_t cap) const {
   if (from == 0 || from >= kMaxNodes || len == 0 || len > cap || len > UINT32_MAX) return false;
   transport::Transport* t = peers_[from].via.load(std::memory_order_acquire);
   return t != nullptr && t->caps().placement;
@@ -2188,7 +2188,7 @@ bool Core::can_place(NodeId from, uint64_t len, uint64_t cap) const {
 // choice depends on both nodes' offers), so the rkey is one the sender's
 // endpoint understands. Nothing is offered if registration fails: the
 // sender then sends the bytes in MsgData.
-void Core::offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull) {
+void Engine::offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull) {
   transport::Transport* t = peers_[from].via.load(std::memory_order_acquire);
   if (t == nullptr) return;
   auto mr =
@@ -2200,7 +2200,7 @@ void Core::offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pul
   pull->dst_rkey = mr->rkey;
 }
 
-void Core::drop_placement(Request* r) {
+void Engine::drop_placement(Request* r) {
   if (r->place_t == nullptr) return;
   r->place_t->deregister_memory(r->place_mr);
   r->place_t = nullptr;
@@ -2208,7 +2208,7 @@ void Core::drop_placement(Request* r) {
 }
 
 // Sends a receive's pull; a receive whose pull cannot go fails with why.
-void Core::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
+void Engine::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
   Status s = send(to, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
   if (s.is_ok()) return;
   // Unless a peer-down sweep failed it first (and its slot may be reused).
@@ -2219,7 +2219,7 @@ void Core::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
 
 // The sender's side of placement: one kWrite of the message into the
 // receiver's registered buffer.
-Status Core::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr,
+Status Engine::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr,
                          uint64_t rkey) {
   if (len > UINT32_MAX) return Code::kInvalidArg;
   transport::Endpoint* ep;
@@ -2234,7 +2234,7 @@ Status Core::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t
   return post_one(to, ep, wr, d);
 }
 
-void Core::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+void Engine::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   switch (static_cast<MsgOp>(h.op)) {
     case MsgOp::kMsgEager:
     case MsgOp::kMsgRts: {
@@ -2353,7 +2353,7 @@ uint64_t lock_owner() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
 bool valid_sync_name(const std::string& n) { return !n.empty() && n.size() <= kMaxName; }
 }  // namespace
 
-Status Core::lock(const std::string& name, Deadline d) {
+Status Engine::lock(const std::string& name, Deadline d) {
   if (!joined_.load()) return Code::kNotJoined;
   if (!valid_sync_name(name)) return Code::kInvalidArg;
   CtlArgs a;
@@ -2368,7 +2368,7 @@ Status Core::lock(const std::string& name, Deadline d) {
   return r.status();
 }
 
-Status Core::unlock(const std::string& name, Deadline d) {
+Status Engine::unlock(const std::string& name, Deadline d) {
   if (!joined_.load()) return Code::kNotJoined;
   if (!valid_sync_name(name)) return Code::kInvalidArg;
   CtlArgs a;
@@ -2377,7 +2377,7 @@ Status Core::unlock(const std::string& name, Deadline d) {
   return membership_.name_call(CtlType::kLockRelease, name, d, a).status();
 }
 
-Status Core::barrier(const std::string& name, uint32_t count, Deadline d) {
+Status Engine::barrier(const std::string& name, uint32_t count, Deadline d) {
   if (!joined_.load()) return Code::kNotJoined;
   if (!valid_sync_name(name) || count == 0) return Code::kInvalidArg;
   CtlArgs a;
@@ -2396,12 +2396,12 @@ Status Core::barrier(const std::string& name, uint32_t count, Deadline d) {
 
 // ---------------------------------------------------------------- serving
 
-void Core::reply_status(NodeId to, uint64_t req_id, Status s) {
+void Engine::reply_status(NodeId to, uint64_t req_id, Status s) {
   MsgHeader h = make_header(MsgOp::kReply, req_id, s.code());
   (void)send(to, &h, sizeof(h), nullptr, 0, default_deadline(), true);
 }
 
-void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+void Engine::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   // Only the progress token holder serves: a plain increment (no locked
   // instruction per message), read racily by the progress loop and stats().
   served_.store(served_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -2551,7 +2551,7 @@ void Core::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) 
   }
 }
 
-void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+void Engine::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   uint32_t idx = static_cast<uint32_t>(h.req_id);
   uint32_t gen = static_cast<uint32_t>(h.req_id >> 32);
   if (idx >= num_reqs_.load(std::memory_order_acquire)) {
@@ -2701,6 +2701,6 @@ void Core::complete(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   finish(r, s);
 }
 
-CoreStats Core::stats() const { return {served_.load(), malformed_.load(), late_.load()}; }
+EngineStats Engine::stats() const { return {served_.load(), malformed_.load(), late_.load()}; }
 
 }  // namespace lt::proto
