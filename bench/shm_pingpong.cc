@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   b->set_identity(2, kToken);
   PeerInfo pb;
   pb.node = 2;
-  pb.shm_address = b->local_address();
+  pb.addresses = {{"shm", b->local_address()}};
   auto ab = a->connect(pb, Deadline::after_ms(2000));
   if (!ab.is_ok()) {
     std::fprintf(stderr, "shm_pingpong: connect: %s\n", ab.status().name());

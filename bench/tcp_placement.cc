@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   }
   a->set_identity(1, kToken);
   b->set_identity(2, kToken);
-  auto ab = a->connect(PeerInfo{2, b->local_address(), "", ""}, Deadline::after_ms(5000));
+  auto ab = a->connect(PeerInfo{2, "", {{"tcp", b->local_address()}}}, Deadline::after_ms(5000));
   if (!ab.is_ok()) {
     std::fprintf(stderr, "tcp_placement: connect: %s\n", ab.status().name());
     return 1;
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
         if (!placed) std::memcpy(dst.data() + (got % kSlots) * size, cq[i].rx, cq[i].len);
         if (++got == kWarmup) cpu0 = seconds(CLOCK_THREAD_CPUTIME_ID);
         if (!back) {
-          auto ep = b->connect(PeerInfo{1, "", "", ""}, Deadline::after_ms(5000));
+          auto ep = b->connect(PeerInfo{1, "", {}}, Deadline::after_ms(5000));
           if (!ep.is_ok()) {
             rx_ok = false;
             break;

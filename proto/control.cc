@@ -9,14 +9,14 @@ namespace lt::proto {
 void put_member(wire::Writer& w, const Member& m) {
   w.u32(m.node);
   w.str(m.name);
-  w.str(m.tcp_address);
+  w.str(m.addresses);
   w.str(m.host_id);
 }
 
 bool get_member(wire::Reader& r, Member* m) {
   m->node = r.u32();
   m->name = std::string(r.str(256));
-  m->tcp_address = std::string(r.str(256));
+  m->addresses = std::string(r.str(256));
   m->host_id = std::string(r.str(256));
   return r.ok() && m->node != 0;
 }

@@ -13,7 +13,7 @@
 namespace lt::proto {
 
 enum class CtlType : uint8_t {
-  kJoin = 1,          // str secret, str name, str tcp_address, str host_id, str tenant
+  kJoin = 1,          // str secret, str name, str addresses, str host_id, str tenant
   kJoinOk = 2,        // u32 node, u64 cluster_token, u32 heartbeat_ms, u32 down_after_ms, members
   kJoinRefused = 3,   // u8 code, str reason
   kMemberUp = 4,      // member
@@ -38,7 +38,7 @@ inline constexpr uint32_t kMaxNodeId = 1024;
 struct Member {
   uint32_t node = 0;
   std::string name;
-  std::string tcp_address;
+  std::string addresses;  // transport::format_addresses(); the manager does not read it
   std::string host_id;
 };
 

@@ -201,7 +201,7 @@ Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) 
 transport::Transport* Engine::pick_transport(const transport::PeerInfo& info,
                                            const char** why) const {
   bool same_host = !info.host_id.empty() && info.host_id == host_id_;
-  if (shm_ != nullptr && same_host && !info.shm_address.empty()) {
+  if (shm_ != nullptr && same_host && !info.address(shm_->name()).empty()) {
     *why = "same host (boot id and network namespace match)";
     return shm_;
   }
@@ -247,21 +247,21 @@ Status Engine::join() {
     }
     i = j + 1;
   }
-  std::string addresses;
   if (want_tcp) {
     auto t = transport::make_tcp_transport(config_.tcp);
     if (!t) return t.status();
     tcp_ = t->get();
-    addresses = "tcp=" + tcp_->local_address();
     transports_.push_back(std::move(t.value()));
   }
   if (want_shm) {
     auto t = transport::make_shm_transport(config_.shm);
     if (!t) return t.status();
     shm_ = t->get();
-    addresses += (addresses.empty() ? "shm=" : " shm=") + shm_->local_address();
     transports_.push_back(std::move(t.value()));
   }
+  std::vector<transport::PeerAddress> list;
+  for (auto& t : transports_) list.push_back({t->name(), t->local_address()});
+  const std::string addresses = transport::format_addresses(list);
   max_payload_ = UINT32_MAX;
   for (auto& t : transports_) max_payload_ = std::min(max_payload_, t->caps().max_msg);
   host_id_ = net::host_id();
@@ -1029,7 +1029,7 @@ Status Engine::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
     // Not in our address book yet: only an inbound connection (whichever
     // transport it came on, authenticated by the cluster token) can serve.
     for (auto& t : transports_) {
-      ep = t->connect(transport::PeerInfo{p, "", "", ""}, cd);
+      ep = t->connect(transport::PeerInfo{p, "", {}}, cd);
       if (ep) {
         via = t.get();
         why = "the peer connected first";

@@ -131,7 +131,7 @@ void Manager::handle(Client* c, const std::string& payload) {
     std::string_view secret = r.str(1024);
     Member m;
     m.name = std::string(r.str(256));
-    m.tcp_address = std::string(r.str(256));
+    m.addresses = std::string(r.str(256));
     m.host_id = std::string(r.str(256));
     std::string_view tenant = r.str(256);
     (void)tenant;
@@ -177,7 +177,7 @@ void Manager::handle(Client* c, const std::string& payload) {
     members_[m.node] = c;
     if (opt_.verbose) {
       fprintf(stderr, "ltier-manager: node %u '%s' joined (%s)\n", m.node, m.name.c_str(),
-              m.tcp_address.c_str());
+              m.addresses.c_str());
     }
     return;
   }

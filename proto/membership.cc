@@ -19,7 +19,7 @@ Status Membership::send_frame(const std::string& f, Deadline d) {
 }
 
 Status Membership::join(const ClusterConfig& c, const std::string& tenant,
-                        const std::string& tcp_address, Deadline d) {
+                        const std::string& addresses, Deadline d) {
   std::string host;
   uint16_t port = 0;
   sockaddr_in addr{};
@@ -44,7 +44,7 @@ Status Membership::join(const ClusterConfig& c, const std::string& tenant,
   wire::Writer w(&f);
   w.str(c.secret);
   w.str(name);
-  w.str(tcp_address);
+  w.str(addresses);
   w.str(net::host_id());
   w.str(tenant);
   finish_ctl(&f);
@@ -192,24 +192,9 @@ std::optional<transport::PeerInfo> Membership::peer(NodeId n) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = members_.find(n);
   if (it == members_.end()) return std::nullopt;
-  // The address field lists one "transport=address" per transport, space
-  // separated; a bare address is a tcp one.
-  transport::PeerInfo info{n, "", it->second.host_id, ""};
-  const std::string& a = it->second.tcp_address;
-  for (size_t i = 0; i < a.size();) {
-    size_t j = a.find(' ', i);
-    if (j == std::string::npos) j = a.size();
-    std::string tok = a.substr(i, j - i);
-    if (tok.rfind("tcp=", 0) == 0) {
-      info.tcp_address = tok.substr(4);
-    } else if (tok.rfind("shm=", 0) == 0) {
-      info.shm_address = tok.substr(4);
-    } else if (tok.find('=') == std::string::npos && !tok.empty()) {
-      info.tcp_address = tok;
-    }
-    i = j + 1;
-  }
-  return info;
+  // The record's address list is the transports' business: handed on as is.
+  return transport::PeerInfo{n, it->second.host_id,
+                             transport::parse_addresses(it->second.addresses)};
 }
 
 std::vector<Member> Membership::members() const {

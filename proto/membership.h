@@ -40,7 +40,7 @@ class Membership {
 
   /// Blocks until the manager admits or refuses this node. kAuth for a wrong
   /// secret, kPeerDown when the manager cannot be reached, kTimedOut.
-  Status join(const ClusterConfig& c, const std::string& tenant, const std::string& tcp_address,
+  Status join(const ClusterConfig& c, const std::string& tenant, const std::string& addresses,
               Deadline d);
   void leave();
 

@@ -1,12 +1,32 @@
 // Construction of transports; the implementations stay private to transport/.
+// Adding a transport is its folder under transport/ and one entry in
+// transport_entries(): proto/ builds and ranks transports from this table
+// and never names one.
 #pragma once
 
 #include <memory>
+#include <span>
+#include <string_view>
 
 #include "common/config.h"
 #include "transport/transport.h"
 
 namespace lt::transport {
+
+/// One transport ltier can build, and how it ranks against the others.
+struct TransportEntry {
+  const char* name;  // what config's `transports` list and Transport::name() say
+  Result<std::unique_ptr<Transport>> (*make)(const Config& config);
+  /// Reaches only peers on this host (same boot id and network namespace).
+  bool same_host_only;
+  /// Among the transports two peers share, the lowest rank serves them.
+  int rank;
+};
+
+/// Every transport this build has, best rank first.
+std::span<const TransportEntry> transport_entries();
+/// The entry called `name`, or null.
+const TransportEntry* find_transport(std::string_view name);
 
 /// Binds the listening socket now (config.listen); fails with kSys/kInvalidArg
 /// when the address cannot be bound.

@@ -1,4 +1,4 @@
-// The transport contract (STYLE.md section 2). A transport moves bytes between
+// The transport contract (docs/ARCHITECTURE.md, "Transports"). A transport moves bytes between
 // this engine and peer engines and says what it can do in Caps; proto/ uses
 // native one-sided operations where Caps allow them and emulates them with
 // messages where they do not. Transport implementations are private to
@@ -10,6 +10,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "common/time.h"
@@ -40,6 +42,9 @@ struct Caps {  // read once per peer; values the device granted
   bool placement = false;
   uint32_t max_inline = 0;
   uint32_t max_msg = 0;  // largest message payload (sum of the sges) a post accepts
+  /// Messages up to this size go eager over this transport (copied at both
+  /// ends); larger ones by rendezvous. From the transport's config.
+  uint32_t eager_max = 0;
   uint32_t max_batch = 0;
 };
 
@@ -119,12 +124,34 @@ struct Completion {  // rx valid until release_rx()
   const std::byte* rx = nullptr;
 };
 
+/// One transport's address for a peer: the transport's name() and what its
+/// local_address() returned on that peer.
+struct PeerAddress {
+  std::string transport;
+  std::string address;
+};
+
+/// A peer as the address book knows it. Membership passes the addresses
+/// through without reading them: each transport picks its own by name.
 struct PeerInfo {
   NodeId node = kNoNode;
-  std::string tcp_address;  // host:port from the address book
-  std::string host_id;
-  std::string shm_address;  // the shm transport's local_address(), "shm:<pid>:<name>"
+  std::string host_id;  // net::host_id() of the peer: same boot and network namespace
+  std::vector<PeerAddress> addresses;
+  /// The address the peer published for `transport`; empty when it has none.
+  std::string_view address(std::string_view transport) const {
+    for (const PeerAddress& a : addresses) {
+      if (a.transport == transport) return a.address;
+    }
+    return {};
+  }
 };
+
+/// The address list as it travels in the membership record: one
+/// "transport=address" per transport, separated by spaces. Neither part may
+/// hold a space, and the name no '='.
+std::string format_addresses(const std::vector<PeerAddress>& list);
+/// The inverse; tokens without '=' or with an empty name are skipped.
+std::vector<PeerAddress> parse_addresses(std::string_view text);
 
 struct MemRegion {
   std::byte* addr = nullptr;

@@ -68,7 +68,7 @@ void check_member(const std::string& payload) {
   bool ok = get_member(r, &m);
   if (!ok) return;
   FUZZ_CHECK(m.node != 0, "member 0");
-  FUZZ_CHECK(m.name.size() <= 256 && m.tcp_address.size() <= 256 && m.host_id.size() <= 256,
+  FUZZ_CHECK(m.name.size() <= 256 && m.addresses.size() <= 256 && m.host_id.size() <= 256,
              "member field longer than its limit");
   std::string again;
   wire::Writer w(&again);

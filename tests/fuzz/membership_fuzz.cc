@@ -148,14 +148,19 @@ bool is_substring_of(const std::string& part, const std::string& whole) {
 void check_book(const Membership& m) {
   for (const Member& x : m.members()) {
     FUZZ_CHECK(x.node != 0, "member 0 in the address book");
-    FUZZ_CHECK(x.name.size() <= 256 && x.tcp_address.size() <= 256 && x.host_id.size() <= 256,
+    FUZZ_CHECK(x.name.size() <= 256 && x.addresses.size() <= 256 && x.host_id.size() <= 256,
                "a member field over its limit");
     FUZZ_CHECK(m.alive(x.node), "a member that is not alive");
     auto p = m.peer(x.node);
     FUZZ_CHECK(p.has_value() && p->node == x.node, "peer() of a member");
     FUZZ_CHECK(p->host_id == x.host_id, "host id");
-    FUZZ_CHECK(is_substring_of(p->tcp_address, x.tcp_address), "tcp address not from the field");
-    FUZZ_CHECK(is_substring_of(p->shm_address, x.tcp_address), "shm address not from the field");
+    for (const auto& a : p->addresses) {
+      FUZZ_CHECK(!a.transport.empty() && a.transport.find(' ') == std::string::npos &&
+                     a.address.find(' ') == std::string::npos,
+                 "an address entry with an empty name or a space");
+      FUZZ_CHECK(is_substring_of(a.transport + "=" + a.address, x.addresses),
+                 "an address not from the field");
+    }
   }
 }
 

@@ -826,6 +826,7 @@ Status ShmTransport::init() {
   caps_.needs_registration = true;  // peers reach only alloc_memory regions
   caps_.max_inline = static_cast<uint32_t>(max_single_);
   caps_.max_msg = config_.max_msg_bytes;
+  caps_.eager_max = config_.eager_max_bytes;
   caps_.max_batch = kMaxPostBatch;
   if (config_.cma != 0) {
     // Cross-memory attach (placement writes) needs process_vm_writev; a
@@ -897,16 +898,17 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
       return std::unique_ptr<Endpoint>(new ShmEndpoint(it->second));
     }
   }
-  std::string name;
-  if (peer.shm_address.empty()) return Code::kPeerDown;  // not in the address book (yet)
-  if (!parse_address(peer.shm_address, &name)) {
-    LT_ERROR("shm: node %u has a bad address '%s'", peer.node, peer.shm_address.c_str());
+  std::string sock_name;
+  const std::string address(peer.address(name()));
+  if (address.empty()) return Code::kPeerDown;  // not in the address book (yet)
+  if (!parse_address(address, &sock_name)) {
+    LT_ERROR("shm: node %u has a bad address '%s'", peer.node, address.c_str());
     return Code::kPeerDown;
   }
   net::Fd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!sock.valid()) return Code::kSys;
   sockaddr_un a;
-  socklen_t alen = abstract_addr(name, &a);
+  socklen_t alen = abstract_addr(sock_name, &a);
   for (;;) {
     if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&a), alen) == 0) break;
     if (errno == EINTR) continue;
@@ -915,14 +917,14 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
       ::usleep(100);
       continue;
     }
-    LT_DEBUG("shm: connect to node %u at %s: %s", peer.node, peer.shm_address.c_str(),
+    LT_DEBUG("shm: connect to node %u at %s: %s", peer.node, address.c_str(),
              strerror(errno));
     return Code::kPeerDown;
   }
   ucred cred{};
   if (!peer_cred(sock.get(), &cred) || cred.uid != ::geteuid()) {
     LT_WARN("shm: node %u at %s belongs to another user; refusing it", peer.node,
-            peer.shm_address.c_str());
+            address.c_str());
     return Code::kPeerDown;
   }
 

@@ -360,6 +360,7 @@ TcpTransport::TcpTransport(const TcpConfig& config) : config_(config) {
   caps_.placement = true;  // kWrite into register_memory() regions
   caps_.max_inline = 0;
   caps_.max_msg = config.max_msg_bytes;
+  caps_.eager_max = config.eager_max_bytes;
   caps_.max_batch = kMaxPostBatch;
   // A random high half keeps an rkey of an earlier engine on this port (a
   // peer's stale handle) from naming one of ours.
@@ -420,15 +421,16 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
   std::string host;
   uint16_t port = 0;
   sockaddr_in addr{};
-  if (peer.tcp_address.empty()) return Code::kPeerDown;  // not in the address book (yet)
-  if (!parse_host_port(peer.tcp_address, &host, &port).is_ok() ||
+  const std::string address(peer.address(name()));
+  if (address.empty()) return Code::kPeerDown;  // not in the address book (yet)
+  if (!parse_host_port(address, &host, &port).is_ok() ||
       !net::resolve(host, port, &addr).is_ok()) {
-    LT_ERROR("tcp: node %u has a bad address '%s'", peer.node, peer.tcp_address.c_str());
+    LT_ERROR("tcp: node %u has a bad address '%s'", peer.node, address.c_str());
     return Code::kPeerDown;
   }
   auto fd = net::connect_tcp(addr, d);
   if (!fd) {
-    LT_DEBUG("tcp: connect to node %u at %s: %s", peer.node, peer.tcp_address.c_str(),
+    LT_DEBUG("tcp: connect to node %u at %s: %s", peer.node, address.c_str(),
              fd.status().name());
     return fd.status();
   }

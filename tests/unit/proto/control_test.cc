@@ -228,7 +228,7 @@ TEST(MemberTest, RoundTrip) {
   ASSERT_TRUE(get_member(r, &got));
   EXPECT_EQ(got.node, 7u);
   EXPECT_EQ(got.name, "node-a");
-  EXPECT_EQ(got.tcp_address, "10.1.2.3:7000");
+  EXPECT_EQ(got.addresses, "10.1.2.3:7000");
   EXPECT_EQ(got.host_id, "boot/123");
   EXPECT_EQ(r.u32(), 0xfeedu);
   EXPECT_TRUE(r.ok() && r.at_end());

@@ -47,7 +47,7 @@ std::unique_ptr<Transport> make(NodeId node, uint32_t ring_bytes = 0) {
 PeerInfo peer(NodeId node, const std::string& address) {
   PeerInfo p;
   p.node = node;
-  p.shm_address = address;
+  p.addresses = {{"shm", address}};
   return p;
 }
 

@@ -45,12 +45,12 @@ using Factory = Result<std::unique_ptr<Transport>> (*)();
 using PeerFn = PeerInfo (*)(NodeId node, const std::string& address);
 
 PeerInfo tcp_peer(NodeId node, const std::string& address) {
-  return PeerInfo{node, address, "", ""};
+  return PeerInfo{node, "", {{"tcp", address}}};
 }
 PeerInfo shm_peer(NodeId node, const std::string& address) {
   PeerInfo p;
   p.node = node;
-  p.shm_address = address;
+  p.addresses = {{"shm", address}};
   return p;
 }
 
@@ -1559,7 +1559,7 @@ TEST_F(TcpWireTest, HelloThenDataIsDelivered) {
   EXPECT_EQ(b_->rx[0].imm, 0u);
   EXPECT_EQ(b_->rx[1].imm, 42u);
   // The reply path reuses the raw connection: node 2 answers node 9 on it.
-  auto ep = b_->t->connect(PeerInfo{9, "", "", ""}, Deadline::after_ms(kWaitMs));
+  auto ep = b_->t->connect(PeerInfo{9, "", {}}, Deadline::after_ms(kWaitMs));
   ASSERT_TRUE(ep.is_ok()) << ep.status().name();
   std::string reply = "ok!";
   ASSERT_TRUE(post_one(ep->get(),
