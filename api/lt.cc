@@ -61,6 +61,20 @@ lt::Status load_user_config(const char* explicit_path, lt::Config* c) {
 
 lt::Deadline deadline(lt_engine_t* e) { return e->core.default_deadline(); }
 
+// When a caller's timeout starts counting. At the wait's first clock read
+// (Deadline::lazy_us) an op that completes within its first polls reads no
+// clock at all; lock and barrier always cost a round trip to the manager, so
+// there is no read to spare and they count from the call.
+enum class TimeoutStart { kFirstRead, kNow };
+
+// The Deadline of a caller's timeout_us; negative means engine.op_timeout_ms.
+lt::Deadline user_deadline(lt_engine_t* e, int64_t timeout_us,
+                           TimeoutStart start = TimeoutStart::kFirstRead) {
+  if (timeout_us < 0) return deadline(e);
+  auto us = static_cast<uint64_t>(timeout_us);
+  return start == TimeoutStart::kFirstRead ? lt::Deadline::lazy_us(us) : lt::Deadline::after_us(us);
+}
+
 template <typename F>
 int blocking(lt_engine_t* e, F&& submit) {
   auto r = submit();
@@ -100,6 +114,38 @@ int chunked(lt_engine_t* e, uint64_t len, Submit&& submit) {
     if (s != 0 && first == 0) first = s;
   }
   return first;
+}
+
+// One try of a call that needs credits: `rc` is the call's result when it
+// could submit; otherwise `refused` says why not.
+struct Try {
+  lt::Status refused;
+  int rc = 0;
+};
+
+// Tries with `attempt` (returning a Try) until it stops being refused for
+// want of credits (a receiver has not consumed enough messages, or too many
+// RPC replies are outstanding) or `d` expires.
+//
+// Out of credits, the call makes a CreditWatch, tries again (credits that
+// came back before the watch are seen), then waits for the epoch to move
+// (spin, then sleep). Returned credits move the epoch only while a watch
+// exists; the epoch is read before each try, so a return too late for the
+// try moves it and wait_credits() does not sleep through it.
+template <typename Attempt>
+int retry_on_credits(lt_engine_t* e, const lt::Deadline& d, Attempt&& attempt) {
+  std::optional<lt::proto::Engine::CreditWatch> watch;
+  for (;;) {
+    uint32_t epoch = e->core.credit_epoch();
+    Try t = attempt();
+    if (t.refused.is_ok()) return t.rc;
+    if (t.refused.code() != lt::Code::kNoResource || d.expired()) return rc(t.refused);
+    if (!watch) {
+      watch.emplace(e->core);
+      continue;
+    }
+    if (!e->core.wait_credits(epoch, d).is_ok()) return rc(t.refused);
+  }
 }
 
 }  // namespace
@@ -260,27 +306,14 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
 int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len) {
   if (e == nullptr) return -LT_ERR_INVAL;
   lt::Deadline d = deadline(e);
-  // Out of credits (the receiver has not consumed enough), the call makes a
-  // CreditWatch, tries again (credits that came back before the watch are
-  // seen), then waits for the epoch to move (spin, then sleep).
-  std::optional<lt::proto::Engine::CreditWatch> watch;
-  for (;;) {
-    uint32_t epoch = e->core.credit_epoch();
+  return retry_on_credits(e, d, [&]() -> Try {
     lt::Status now = e->core.send_now(node, port, buf, len);
-    if (now.is_ok()) return 0;
-    lt::Status out = now;
-    if (now.code() == lt::Code::kUnsupported) {  // too big for eager: rendezvous
-      auto r = e->core.send_async(node, port, buf, len);
-      if (r.is_ok()) return rc(e->core.wait_or_cancel(r.value(), d));
-      out = r.status();
-    }
-    if (out.code() != lt::Code::kNoResource || d.expired()) return rc(out);
-    if (!watch) {
-      watch.emplace(e->core);
-      continue;
-    }
-    if (!e->core.wait_credits(epoch, d).is_ok()) return rc(out);
-  }
+    if (now.is_ok()) return {lt::Status::ok(), 0};
+    if (now.code() != lt::Code::kUnsupported) return {now, 0};
+    auto r = e->core.send_async(node, port, buf, len);  // too big for eager: rendezvous
+    if (!r.is_ok()) return {r.status(), 0};
+    return {lt::Status::ok(), rc(e->core.wait_or_cancel(r.value(), d))};
+  });
 }
 
 int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len,
@@ -292,7 +325,7 @@ int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf
 int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
             int64_t timeout_us) {
   if (e == nullptr || src == nullptr || len == nullptr) return -LT_ERR_INVAL;
-  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::lazy_us(timeout_us);
+  lt::Deadline d = user_deadline(e, timeout_us);
   lt_node_t s = 0;
   size_t n = 0;
   auto r = e->core.recv_async(port, buf, cap, &s, &n);
@@ -347,7 +380,7 @@ int LT_regRPC_loop(lt_engine_t* e, uint32_t func_id) {
 int LT_recvRPC(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src, size_t* len,
                lt_rpc_token_t* token, int64_t timeout_us) {
   if (e == nullptr || src == nullptr || len == nullptr || token == nullptr) return -LT_ERR_INVAL;
-  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::lazy_us(timeout_us);
+  lt::Deadline d = user_deadline(e, timeout_us);
   lt_node_t s = 0;
   size_t n = 0;
   uint64_t t = 0;
@@ -380,23 +413,14 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
   if (e == nullptr || out_len == nullptr) return -LT_ERR_INVAL;
   lt::Deadline d = deadline(e);
   size_t n = 0;
-  std::optional<lt::proto::Engine::CreditWatch> watch;  // as in LT_send
-  for (;;) {
-    uint32_t epoch = e->core.credit_epoch();
+  // Out of credits, the call waits for replies to return some.
+  return retry_on_credits(e, d, [&]() -> Try {
     auto r = e->core.rpc_async(node, func_id, in, in_len, out, out_cap, &n);
-    if (r.is_ok()) {
-      int s = rc(e->core.wait_or_cancel(r.value(), d));
-      if (s == 0 || s == -LT_ERR_TRUNCATED) *out_len = n;
-      return s;
-    }
-    // Out of credits: wait for replies to return some.
-    if (r.status().code() != lt::Code::kNoResource || d.expired()) return rc(r.status());
-    if (!watch) {
-      watch.emplace(e->core);
-      continue;
-    }
-    if (!e->core.wait_credits(epoch, d).is_ok()) return rc(r.status());
-  }
+    if (!r.is_ok()) return {r.status(), 0};
+    int s = rc(e->core.wait_or_cancel(r.value(), d));
+    if (s == 0 || s == -LT_ERR_TRUNCATED) *out_len = n;
+    return {lt::Status::ok(), s};
+  });
 }
 
 int LT_RPC_async(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
@@ -412,7 +436,7 @@ int LT_cancel(lt_engine_t* e, lt_req_t req) {
 
 int LT_lock(lt_engine_t* e, const char* name, int64_t timeout_us) {
   if (e == nullptr || name == nullptr) return -LT_ERR_INVAL;
-  return rc(e->core.lock(name, timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us)));
+  return rc(e->core.lock(name, user_deadline(e, timeout_us, TimeoutStart::kNow)));
 }
 
 int LT_unlock(lt_engine_t* e, const char* name) {
@@ -422,8 +446,7 @@ int LT_unlock(lt_engine_t* e, const char* name) {
 
 int LT_barrier(lt_engine_t* e, const char* name, uint32_t count, int64_t timeout_us) {
   if (e == nullptr || name == nullptr) return -LT_ERR_INVAL;
-  return rc(e->core.barrier(name, count,
-                            timeout_us < 0 ? deadline(e) : lt::Deadline::after_us(timeout_us)));
+  return rc(e->core.barrier(name, count, user_deadline(e, timeout_us, TimeoutStart::kNow)));
 }
 
 int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,
@@ -452,8 +475,7 @@ int LT_memcpy_async(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t 
 
 int LT_wait(lt_engine_t* e, lt_req_t req, int64_t timeout_us) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  lt::Deadline d = timeout_us < 0 ? deadline(e) : lt::Deadline::lazy_us(timeout_us);
-  return rc(e->core.wait(req, d));
+  return rc(e->core.wait(req, user_deadline(e, timeout_us)));
 }
 
 int LT_test(lt_engine_t* e, lt_req_t req, int* done) {

@@ -124,184 +124,186 @@ void Manager::handle(Client* c, const std::string& payload) {
   auto type = static_cast<CtlType>(r.u8());
   c->last_seen_ns = now_ns();
   if (c->node == 0) {
-    if (type != CtlType::kJoin) {
-      drop(c, "spoke before joining");
-      return;
-    }
-    std::string_view secret = r.str(1024);
-    Member m;
-    m.name = std::string(r.str(256));
-    m.addresses = std::string(r.str(256));
-    m.host_id = std::string(r.str(256));
-    std::string_view tenant = r.str(256);
-    (void)tenant;
-    if (!r.ok() || !r.at_end()) {
-      drop(c, "malformed join");
-      return;
-    }
-    if (!same_secret(opt_.secret, secret) || members_.size() >= kMaxMembers ||
-        next_node_ >= kMaxNodeId) {
-      bool auth = !same_secret(opt_.secret, secret);
-      std::string f = begin_ctl(CtlType::kJoinRefused);
-      wire::Writer w(&f);
-      w.u8(static_cast<uint8_t>(auth ? Code::kAuth : Code::kNoResource));
-      w.str(auth ? "wrong cluster secret" : "cluster is full (node ids are not reused)");
-      finish_ctl(&f);
-      send(c, f);
-      if (opt_.verbose) {
-        fprintf(stderr, "ltier-manager: refused join from '%s': %s\n", m.name.c_str(),
-                auth ? "wrong cluster secret" : "cluster is full");
-      }
-      drop(c, "refused");
-      return;
-    }
-    m.node = next_node_++;
-    c->node = m.node;
-    c->member = m;
-    std::string f = begin_ctl(CtlType::kJoinOk);
-    wire::Writer w(&f);
-    w.u32(m.node);
-    w.u64(token_);
-    w.u32(opt_.heartbeat_ms);
-    w.u32(opt_.down_after_ms);
-    w.u32(static_cast<uint32_t>(members_.size() + 1));
-    put_member(w, m);
-    for (auto& [id, other] : members_) put_member(w, other->member);
-    finish_ctl(&f);
-    send(c, f);
-    std::string up = begin_ctl(CtlType::kMemberUp);
-    wire::Writer wu(&up);
-    put_member(wu, m);
-    finish_ctl(&up);
-    broadcast(up, 0);
-    members_[m.node] = c;
-    if (opt_.verbose) {
-      fprintf(stderr, "ltier-manager: node %u '%s' joined (%s)\n", m.node, m.name.c_str(),
-              m.addresses.c_str());
-    }
-    return;
+    if (type == CtlType::kJoin) return on_join(c, r);
+    return drop(c, "spoke before joining");
   }
   switch (type) {
     case CtlType::kHeartbeat:
       return;
     case CtlType::kLeave:
-      drop(c, "left");
-      return;
+      return drop(c, "left");
     case CtlType::kLockAcquire:
-    case CtlType::kLockRelease: {
-      uint64_t req = r.u64();
-      std::string name(r.str(256));
-      uint64_t owner = r.u64();
-      if (!r.ok() || !r.at_end() || name.empty()) {
-        drop(c, "malformed lock request");
-        return;
-      }
-      if (type == CtlType::kLockAcquire) {
-        auto [it, fresh] = locks_.try_emplace(name);
-        Lock& l = it->second;
-        if (fresh) {
-          l.holder = c;
-          l.owner = owner;
-          reply(c, req, Code::kOk, c->node);
-        } else if (l.holder == c && l.owner == owner) {
-          reply(c, req, Code::kExists);  // not reentrant: the caller already holds it
-        } else {
-          l.waiters.push_back({c, owner, req});
-        }
-        return;
-      }
-      auto it = locks_.find(name);
-      if (it == locks_.end()) {
-        reply(c, req, Code::kPerm);
-        return;
-      }
-      Lock& l = it->second;
-      if (l.holder == c && l.owner == owner) {
-        reply(c, req, Code::kOk);
-        grant_next(name, l);
-        return;
-      }
-      // Not the holder: withdraw a waiting acquire of this owner (a caller
-      // that timed out), else refuse.
-      size_t before = l.waiters.size();
-      std::erase_if(l.waiters, [&](const Waiter& w) { return w.client == c && w.owner == owner; });
-      reply(c, req, l.waiters.size() != before ? Code::kOk : Code::kPerm);
-      return;
-    }
-    case CtlType::kBarrier: {
-      uint64_t req = r.u64();
-      std::string name(r.str(256));
-      uint32_t count = r.u32();
-      if (!r.ok() || !r.at_end() || name.empty()) {
-        drop(c, "malformed barrier request");
-        return;
-      }
-      if (count == 0) {
-        // Withdrawal of arrival `req` by a caller that timed out; no answer.
-        auto it = barriers_.find(name);
-        if (it != barriers_.end()) {
-          std::erase_if(it->second.arrived,
-                        [&](const Waiter& w) { return w.client == c && w.req == req; });
-          if (it->second.arrived.empty()) barriers_.erase(it);
-        }
-        return;
-      }
-      Barrier& b = barriers_[name];
-      if (count > kMaxMembers * 64 || (b.count != 0 && b.count != count)) {
-        if (b.arrived.empty()) barriers_.erase(name);
-        reply(c, req, Code::kInvalidArg);
-        return;
-      }
-      b.count = count;
-      b.arrived.push_back({c, 0, req});
-      if (b.arrived.size() == count) {
-        std::vector<Waiter> go = std::move(b.arrived);
-        barriers_.erase(name);
-        for (auto& w : go) reply(w.client, w.req, Code::kOk);
-      }
-      return;
-    }
+    case CtlType::kLockRelease:
+      return on_lock(c, type, r);
+    case CtlType::kBarrier:
+      return on_barrier(c, r);
     case CtlType::kNameRegister:
     case CtlType::kNameLookup:
-    case CtlType::kNameUnregister: {
-      uint64_t req = r.u64();
-      std::string name(r.str(256));
-      if (!r.ok() || !r.at_end() || name.empty()) {
-        drop(c, "malformed name request");
-        return;
-      }
-      Code code = Code::kOk;
-      uint32_t node = 0;
-      auto it = names_.find(name);
-      if (type == CtlType::kNameRegister) {
-        if (it != names_.end()) {
-          code = Code::kExists;
-          node = it->second;
-        } else {
-          names_[name] = c->node;
-          node = c->node;
-        }
-      } else if (type == CtlType::kNameLookup) {
-        if (it == names_.end()) {
-          code = Code::kNotFound;
-        } else {
-          node = it->second;
-        }
-      } else {
-        if (it == names_.end()) {
-          code = Code::kNotFound;
-        } else if (it->second != c->node) {
-          code = Code::kPerm;
-        } else {
-          names_.erase(it);
-        }
-      }
-      reply(c, req, code, node);
-      return;
-    }
+    case CtlType::kNameUnregister:
+      return on_name(c, type, r);
     default:
-      drop(c, "unexpected control message");
+      return drop(c, "unexpected control message");
   }
+}
+
+void Manager::on_join(Client* c, wire::Reader& r) {
+  std::string_view secret = r.str(1024);
+  Member m;
+  m.name = std::string(r.str(256));
+  m.addresses = std::string(r.str(256));
+  m.host_id = std::string(r.str(256));
+  std::string_view tenant = r.str(256);
+  (void)tenant;
+  if (!r.ok() || !r.at_end()) return drop(c, "malformed join");
+  bool auth = !same_secret(opt_.secret, secret);
+  if (auth || members_.size() >= kMaxMembers || next_node_ >= kMaxNodeId) {
+    return refuse_join(c, m.name, auth);
+  }
+  admit(c, std::move(m));
+}
+
+void Manager::refuse_join(Client* c, const std::string& name, bool auth) {
+  std::string f = begin_ctl(CtlType::kJoinRefused);
+  wire::Writer w(&f);
+  w.u8(static_cast<uint8_t>(auth ? Code::kAuth : Code::kNoResource));
+  w.str(auth ? "wrong cluster secret" : "cluster is full (node ids are not reused)");
+  finish_ctl(&f);
+  send(c, f);
+  if (opt_.verbose) {
+    fprintf(stderr, "ltier-manager: refused join from '%s': %s\n", name.c_str(),
+            auth ? "wrong cluster secret" : "cluster is full");
+  }
+  drop(c, "refused");
+}
+
+// The newcomer learns everyone already in (itself first); they learn of it
+// before it is added, so it is not told about itself twice.
+void Manager::admit(Client* c, Member m) {
+  m.node = next_node_++;
+  c->node = m.node;
+  c->member = m;
+  std::string f = begin_ctl(CtlType::kJoinOk);
+  wire::Writer w(&f);
+  w.u32(m.node);
+  w.u64(token_);
+  w.u32(opt_.heartbeat_ms);
+  w.u32(opt_.down_after_ms);
+  w.u32(static_cast<uint32_t>(members_.size() + 1));
+  put_member(w, m);
+  for (auto& [id, other] : members_) put_member(w, other->member);
+  finish_ctl(&f);
+  send(c, f);
+  std::string up = begin_ctl(CtlType::kMemberUp);
+  wire::Writer wu(&up);
+  put_member(wu, m);
+  finish_ctl(&up);
+  broadcast(up, 0);
+  members_[m.node] = c;
+  if (opt_.verbose) {
+    fprintf(stderr, "ltier-manager: node %u '%s' joined (%s)\n", m.node, m.name.c_str(),
+            m.addresses.c_str());
+  }
+}
+
+void Manager::on_lock(Client* c, CtlType type, wire::Reader& r) {
+  uint64_t req = r.u64();
+  std::string name(r.str(256));
+  uint64_t owner = r.u64();
+  if (!r.ok() || !r.at_end() || name.empty()) return drop(c, "malformed lock request");
+  if (type == CtlType::kLockAcquire) return acquire_lock(c, req, name, owner);
+  release_lock(c, req, name, owner);
+}
+
+void Manager::acquire_lock(Client* c, uint64_t req, const std::string& name, uint64_t owner) {
+  auto [it, fresh] = locks_.try_emplace(name);
+  Lock& l = it->second;
+  if (fresh) {
+    l.holder = c;
+    l.owner = owner;
+    reply(c, req, Code::kOk, c->node);
+  } else if (l.holder == c && l.owner == owner) {
+    reply(c, req, Code::kExists);  // not reentrant: the caller already holds it
+  } else {
+    l.waiters.push_back({c, owner, req});
+  }
+}
+
+void Manager::release_lock(Client* c, uint64_t req, const std::string& name, uint64_t owner) {
+  auto it = locks_.find(name);
+  if (it == locks_.end()) return reply(c, req, Code::kPerm);
+  Lock& l = it->second;
+  if (l.holder == c && l.owner == owner) {
+    reply(c, req, Code::kOk);
+    grant_next(name, l);
+    return;
+  }
+  // Not the holder: withdraw a waiting acquire of this owner (a caller
+  // that timed out), else refuse.
+  size_t before = l.waiters.size();
+  std::erase_if(l.waiters, [&](const Waiter& w) { return w.client == c && w.owner == owner; });
+  reply(c, req, l.waiters.size() != before ? Code::kOk : Code::kPerm);
+}
+
+void Manager::on_barrier(Client* c, wire::Reader& r) {
+  uint64_t req = r.u64();
+  std::string name(r.str(256));
+  uint32_t count = r.u32();
+  if (!r.ok() || !r.at_end() || name.empty()) return drop(c, "malformed barrier request");
+  if (count == 0) return withdraw_arrival(c, req, name);
+  Barrier& b = barriers_[name];
+  if (count > kMaxMembers * 64 || (b.count != 0 && b.count != count)) {
+    if (b.arrived.empty()) barriers_.erase(name);
+    return reply(c, req, Code::kInvalidArg);
+  }
+  b.count = count;
+  b.arrived.push_back({c, 0, req});
+  if (b.arrived.size() == count) {
+    std::vector<Waiter> go = std::move(b.arrived);
+    barriers_.erase(name);
+    for (auto& w : go) reply(w.client, w.req, Code::kOk);
+  }
+}
+
+// A caller whose barrier wait timed out takes back arrival `req`; it waits
+// for no answer.
+void Manager::withdraw_arrival(Client* c, uint64_t req, const std::string& name) {
+  auto it = barriers_.find(name);
+  if (it == barriers_.end()) return;
+  std::erase_if(it->second.arrived, [&](const Waiter& w) { return w.client == c && w.req == req; });
+  if (it->second.arrived.empty()) barriers_.erase(it);
+}
+
+void Manager::on_name(Client* c, CtlType type, wire::Reader& r) {
+  uint64_t req = r.u64();
+  std::string name(r.str(256));
+  if (!r.ok() || !r.at_end() || name.empty()) return drop(c, "malformed name request");
+  Code code = Code::kOk;
+  uint32_t node = 0;
+  auto it = names_.find(name);
+  if (type == CtlType::kNameRegister) {
+    if (it != names_.end()) {
+      code = Code::kExists;
+      node = it->second;
+    } else {
+      names_[name] = c->node;
+      node = c->node;
+    }
+  } else if (type == CtlType::kNameLookup) {
+    if (it == names_.end()) {
+      code = Code::kNotFound;
+    } else {
+      node = it->second;
+    }
+  } else {
+    if (it == names_.end()) {
+      code = Code::kNotFound;
+    } else if (it->second != c->node) {
+      code = Code::kPerm;
+    } else {
+      names_.erase(it);
+    }
+  }
+  reply(c, req, code, node);
 }
 
 void Manager::on_readable(Client* c) {

@@ -46,6 +46,13 @@ class Manager {
   };
   void on_readable(Client* c);
   void handle(Client* c, const std::string& payload);
+  // One per control message a client sends; `r` is past the type byte.
+  void on_join(Client* c, wire::Reader& r);
+  void on_lock(Client* c, CtlType type, wire::Reader& r);
+  void on_barrier(Client* c, wire::Reader& r);
+  void on_name(Client* c, CtlType type, wire::Reader& r);
+  void refuse_join(Client* c, const std::string& name, bool auth);
+  void admit(Client* c, Member m);
   void send(Client* c, const std::string& frame);
   void drop(Client* c, const char* why);
   void broadcast(const std::string& frame, uint32_t except);
@@ -83,7 +90,10 @@ class Manager {
   };
   std::map<std::string, Barrier> barriers_;
   void reply(Client* c, uint64_t req, Code code, uint32_t node = 0);
+  void acquire_lock(Client* c, uint64_t req, const std::string& name, uint64_t owner);
+  void release_lock(Client* c, uint64_t req, const std::string& name, uint64_t owner);
   void grant_next(const std::string& name, Lock& l);
+  void withdraw_arrival(Client* c, uint64_t req, const std::string& name);
   void forget_client(Client* c);
 };
 
