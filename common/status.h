@@ -1,8 +1,8 @@
 // Status codes and Result<T>: how every layer below api/ reports errors.
 // Nothing below api/ throws; a Status is one byte-sized code, cheap to copy
 // through completions on the hot path. Codes are grouped by what the caller
-// does next (STYLE.md, "Errors"); their numeric values are the C API's
-// LT_ERR_* values (api/include/ltier/lt.h static_asserts that).
+// does next (docs/STYLE.md section 3); their numeric values are the C API's
+// LT_ERR_* values (api/lt.cc static_asserts that).
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,9 @@
 //
 // Status today: a pass-through that enforces the tenant's quota on operations
 // in flight (LT_ERR_QUOTA) and counts back-pressure. Priority classes, token
-// buckets and RTT feedback (DESIGN.md "QoS") are not built yet; they slot in
-// behind post() without changing its callers.
+// buckets and RTT feedback (planned: docs/ARCHITECTURE.md, "What exists, what is
+// planned") are not built yet; they slot in behind post() without changing its
+// callers.
 #pragma once
 
 #include <atomic>

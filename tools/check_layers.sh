@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fails when a layer includes a layer above it (DESIGN.md: api -> proto -> qos ->
-# transport -> common), or when a user of the public API reaches past api/include.
+# Fails when a layer includes a layer above it (docs/STYLE.md section 1: api -> proto ->
+# qos -> transport -> common), or when a user of the public API reaches past api/include.
 set -u
 root=${1:-.}
 cd "$root" || exit 2

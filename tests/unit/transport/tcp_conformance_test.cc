@@ -1,4 +1,4 @@
-// Transport conformance suite (STYLE.md section 6): every transport runs the
+// Transport conformance suite (docs/STYLE.md section 6): every transport runs the
 // same tests through the Transport interface, made by a factory function, and
 // skips what its Caps rule out with GTEST_SKIP() << why. A new transport adds
 // one TransportKind to the INSTANTIATE_TEST_SUITE_P list (after the TEST_Ps).
