@@ -1,45 +1,64 @@
-// The protocol core of one Engine: membership, the LMR table this node owns,
-// the handles this process holds, the request table, and progress. Every
-// operation is a request with a completion; blocking calls wait on it.
+// The protocol engine of one process: membership, the LMRs this node owns,
+// what the process holds (handles, requests, ports, RPC registrations), and
+// progress. Every operation is a request with a completion; blocking calls
+// wait on it.
+//
+// One class defined by concern across proto/ (eRPC's layout): this header
+// declares it, and each part lives in its own file, named in the private
+// section below. The state of each concern is a small class that owns its
+// lock (RequestTable, PortTable, Credits, StageAllocator, RpcRegistry,
+// LmrStore, HandleTable, PeerTable, TransportSet).
 //
 // Threading: all public methods are thread-safe. Progress (polling the
-// transport and serving incoming requests) is done by whichever thread holds
+// transports and serving incoming requests) is done by whichever thread holds
 // the progress token: a waiting caller while it spins, else the progress
 // thread, which blocks in epoll when idle. Handlers never block.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "common/config.h"
-#include "common/siphash.h"
-#include "common/spinlock.h"
+#include "proto/lmr/handles.h"
+#include "proto/lmr/lmr_store.h"
 #include "proto/membership.h"
 #include "proto/msg.h"
-#include "proto/slot_table.h"
+#include "proto/msg/credits.h"
+#include "proto/msg/ports.h"
+#include "proto/msg/stage.h"
+#include "proto/peers.h"
+#include "proto/request_table.h"
+#include "proto/rpc/registry.h"
+#include "proto/rpc/workers.h"
+#include "proto/transport_set.h"
 #include "qos/scheduler.h"
 #include "transport/transport.h"
 
 namespace lt::proto {
 
-using LmrHandle = uint64_t;
-using ReqId = uint64_t;
-
 struct EngineStats {
   uint64_t served = 0;        // requests served for peers
   uint64_t malformed = 0;     // messages dropped by the decoder
   uint64_t late_replies = 0;  // replies for cancelled or unknown requests
+};
+
+/// What one process holds in an engine: its LMR handles and published
+/// names, its requests, message ports and RPC registrations and reply
+/// tokens. (Locks are per thread and need no state here.) A node daemon
+/// serving many processes from one engine keeps one of these per process;
+/// an embedded engine has exactly one.
+struct ClientState {
+  explicit ClientState(const Config& config)
+      : handles(1u << 16), requests(config.engine.max_outstanding) {}
+  HandleTable handles;
+  RequestTable requests;
+  PortTable ports;
+  RpcRegistry rpcs;
+  ReplyTokens reply_tokens;
 };
 
 class Engine {
@@ -104,8 +123,7 @@ class Engine {
   /// An RPC handler: reads `in`, writes at most out.size() bytes to `out`,
   /// sets *out_len, returns the status the caller gets. Runs on the thread
   /// doing progress (normally the progress thread): it must not block.
-  using RpcHandler = std::function<Status(NodeId src, std::span<const std::byte> in,
-                                          std::span<std::byte> out, size_t* out_len)>;
+  using RpcHandler = proto::RpcHandler;
   /// kExists if func_id has a handler; kInvalidArg above 65535.
   Status register_rpc(uint32_t func_id, RpcHandler h);
   /// Server-loop RPC (LITE's recvRPC/replyRPC): requests for func_id queue
@@ -181,236 +199,170 @@ class Engine {
   /// (kTimedOut). Returned credits move the epoch only while a CreditWatch
   /// exists (a locked instruction per message otherwise): a return that
   /// came before the watch is seen by the try after it.
-  uint32_t credit_epoch() const { return credit_seq_.load(std::memory_order_acquire); }
+  uint32_t credit_epoch() const { return credits_.epoch(); }
   Status wait_credits(uint32_t seen, Deadline d);
   class CreditWatch {
    public:
-    explicit CreditWatch(Engine& c) : c_(c) {
-      c_.credit_watchers_.fetch_add(1, std::memory_order_seq_cst);
-    }
-    ~CreditWatch() { c_.credit_watchers_.fetch_sub(1, std::memory_order_seq_cst); }
-    CreditWatch(const CreditWatch&) = delete;
-    CreditWatch& operator=(const CreditWatch&) = delete;
+    explicit CreditWatch(Engine& e) : w_(e.credits_) {}
 
    private:
-    Engine& c_;
+    Credits::Watch w_;
   };
   EngineStats stats() const;
   const qos::Scheduler& scheduler() const { return sched_; }
 
  private:
-  struct Mapping;
-  struct LocalLmr;
-  struct Request;
-  enum class ReqKind : uint8_t;
-
   struct Results {
     AllocReply alloc{};
     MapReply mapr{};
   };
+  static constexpr NodeId kMaxNodes = kMaxNodeId;
+
+  // ---- engine.cc: lifecycle, peers going away
+  void peer_gone(NodeId n, bool member_down);
+  bool on_manager_readable(std::vector<Membership::Event>* events);  // false: manager gone
+
+  // ---- request_ops.cc: requests, waiting
+  Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id) {
+    LT_RETURN_IF_ERROR(sched_.admit());
+    auto r = client_.requests.claim(kind, peer, id);
+    if (!r) {
+      sched_.retire();
+      return r.status();
+    }
+    (*r)->admitted = true;
+    return r;
+  }
+  Result<ReqId> done_request(Status s);
+  void finish(Request* r, Status s) {
+    drop_placement(r);
+    r->complete(s);
+  }
+  void release(Request* r);
+  Request* lookup(ReqId id) { return client_.requests.lookup(id); }
+  void fail_requests_to(NodeId peer, Code c);
   Status wait_impl(ReqId id, Deadline d, Results* res);
   Status wait_or_cancel(ReqId id, Deadline d, Results* res);
+  void end_spin(bool will_sleep);  // a spinner stops; unparks the progress thread if needed
 
-  // Requests.
-  Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id);
-  Result<ReqId> done_request(Status s);
-  void finish(Request* r, Status s);
-  void release(Request* r);
-  Request* lookup(ReqId id);
-  void fail_requests_to(NodeId peer, Code c);
-
-  // Peers.
+  // ---- peers.cc: endpoints and the single post path
   Status endpoint(NodeId p, Deadline d, transport::Endpoint** out);
-  void retire_endpoint(NodeId p);
+  Status connect_peer(NodeId p, Deadline d, transport::Endpoint** out);
   // more: another post to `p` is sure to follow soon (see rpc_async), so a
   // stream transport may hold this one for the same system call.
   Status send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
               bool reply, bool more = false);
-  Status send_request(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
-                      const void* data, size_t dlen, bool more = false);
+  Status send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,
+                      size_t dlen, bool more = false);
   Status post_one(NodeId p, transport::Endpoint* ep, const transport::WorkRequest& wr, Deadline d);
+  void reply_status(NodeId to, uint64_t req_id, Status s);
 
-  // Serving peers.
+  // ---- progress.cc: polling, the progress thread
+  void progress_loop();
+  // ---- dispatch.cc: an arrived message to the part that owns it
   void handle(const transport::Completion& c);
   void serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
-  // Single-copy rendezvous (placement): see ARCHITECTURE "Placement".
+  /// Claims the request a reply names (generation and peer must match);
+  /// null when it is not waited for any more (counted as late).
+  Request* claim_for_reply(NodeId from, const MsgHeader& h, bool msg_data);
+
+  // ---- lmr/directory.cc: malloc, free, publish, map; their serving side
+  void serve_alloc(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void serve_free(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void serve_map(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  Status free_remote(const Mapping& m, Deadline d);
+
+  // ---- rma/rma.cc: read, write, memset, memcpy (message emulation)
+  bool copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
+                Status* s);
+  Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
+                    uint64_t len);
+  Result<ReqId> memcpy_remote(const Mapping& d, uint64_t dst_off, const Mapping& s,
+                              uint64_t src_off, uint64_t len);
+  void serve_read(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void serve_write(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void serve_memcpy(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  /// Phase 2 of a cross-node memcpy: the bounce buffer to dst. True when the
+  /// request is still in flight (its write went out).
+  bool copy_second_half(Request* r, const MsgHeader& h, Status* s);
+  // ---- rma/native.cc: one-sided ops straight on a peer's memory
+  transport::Endpoint* native_endpoint(const Mapping& m);
+  Status native_op(const Mapping& m, transport::Endpoint* ep, const transport::WorkRequest& wr);
+  // ---- rma/atomics.cc
+  bool atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
+                     uint64_t compare, uint64_t* old, Status* s);
+  Result<ReqId> atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
+                             uint64_t compare, uint64_t* old);
+  void serve_atomic(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+
+  // ---- rpc/rpc_server.cc, rpc/rpc_loop.cc
+  void serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
+               std::span<const std::byte> in, std::span<std::byte> out);
+  std::span<std::byte> rpc_scratch();
+  void queue_rpc(RpcQueue* queue, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
+  void deliver_rpc(Request* r, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
+  void unpost(Request* r, ReqId id);
+
+  // ---- msg/send.cc, msg/recv.cc, msg/rndv.cc, msg/credits.cc, msg/stage.cc
+  Result<ReqId> send_impl(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request);
+  Result<ReqId> send_to_self(uint32_t port, const void* buf, size_t len, bool no_request,
+                             MsgCreditGuard& credit);
+  Result<ReqId> send_eager(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request,
+                           MsgCreditGuard& credit);
+  Result<ReqId> send_staged(NodeId node, uint32_t port, const void* buf, size_t len,
+                            uint64_t stage_off, bool no_request, MsgCreditGuard& credit);
+  Result<ReqId> send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
+                          MsgCreditGuard& credit);
+  // A send complete once posted needs a request only for send_async: none
+  // (id 0) with no_request; end_send completes it with the post's status.
+  Result<Request*> send_request_slot(bool no_request, ReqId* id);
+  Result<ReqId> end_send(Request* r, ReqId id, Status s);
+  void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void match_recv(Request* req, ReqId id);
+  void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
+  void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off);
+  /// Sets a receive's length and source, then copies `data` in or fails it
+  /// with kTruncated: the status to finish it with.
+  static Status fill_recv(Request* r, NodeId from, std::span<const std::byte> data,
+                          bool set_src = true);
+  // Rendezvous (and single-copy placement: see ARCHITECTURE "Placement").
   static uint32_t rendezvous_spin_us(uint64_t len);
   bool can_place(NodeId from, uint64_t len, uint64_t cap) const;
   void offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull);
   void drop_placement(Request* r);
   void send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull);
+  void pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len);
+  void serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   Status place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr, uint64_t rkey);
-  void reply_status(NodeId to, uint64_t req_id, Status s);
-  Status check_ref(const LocalLmr& l, uint64_t key, const LmrRef& ref, uint32_t need, uint64_t off,
-                   uint64_t len) const;
-  Result<ReqId> atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
-                             uint64_t compare, uint64_t* old);
-  Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
-                    uint64_t len);
-
-  /// Runs f(shared_ptr<LocalLmr>&) on the LMR `key` names. The table lock is
-  /// not held while f runs; the shared_ptr keeps the memory alive even if
-  /// the LMR is freed meanwhile.
-  template <typename F>
-  Status with_lmr(uint64_t key, F&& f);
-  Status check_range(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const;
-  Result<std::shared_ptr<LocalLmr>> new_lmr(uint64_t size, NodeId master);
-  bool copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
-                Status* s);
-  bool atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
-                     uint64_t compare, uint64_t* old, Status* s);
-  transport::Endpoint* native_endpoint(const Mapping& m);
-  Status native_op(const Mapping& m, transport::Endpoint* ep, const transport::WorkRequest& wr);
-  uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) const;
-  void progress_loop();
-  void on_member_down(NodeId n);
-  struct Unexpected;
-  struct PostedRecv {
-    ReqId id;
-    Request* r;
-  };
-  struct Port;
-  void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
-  // Message credits: a message consumed here is counted under msg_mu_
-  // (count_consumed_locked, true when a MsgCredit is due), and the count goes
-  // back piggybacked (take_owed) or in that MsgCredit (send_credit).
-  bool count_consumed_locked(NodeId from);
-  void credit_consumed(NodeId from);  // count_consumed_locked + send_credit, taking msg_mu_
+  Status complete_recv(Request* r, NodeId from, MsgOp op, std::span<const std::byte> b);
+  // A message consumed here: counted (Credits::count_consumed under the
+  // port table's lock), and the credits go back piggybacked or in a
+  // MsgCredit (send_credit).
+  void credit_consumed(NodeId from);
   void send_credit(NodeId to);
-  Result<ReqId> send_impl(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request);
-  // Rendezvous staging over shm (shm.stage_bytes): the sender copies a
-  // message into its stage and completes; the receiver reads it natively.
-  bool stage_alloc(NodeId peer, uint64_t len, uint64_t* off);
-  void stage_free(NodeId peer, uint64_t off);
-  void stage_release_peer(NodeId peer);
-  void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off);
-  void apply_credits(NodeId from, uint32_t count);
-  void reset_credits(NodeId p);
-  void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
-  bool claim_posted(Port& p, Request** out);
-  void unpost(Request* r, ReqId id);
-  void match_recv(Request* req, ReqId id);
-  void return_rpc_credit(NodeId n);
-  struct QueuedRpc;
-  struct RpcQueue;
-  struct RpcJob;
-  void serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
-  void deliver_rpc(Request* r, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
-  void run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
-               std::span<const std::byte> in, std::span<std::byte> out);
-  void rpc_worker_loop();
-  bool on_manager_readable(std::vector<Membership::Event>* events);  // false: manager gone
 
   Config config_;
   qos::Scheduler sched_;
   Membership membership_;
-  // Transports in use, and the ones peers are picked among (either may be
-  // null). Set at join, then read-only.
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
-  transport::Transport* tcp_ = nullptr;
-  transport::Transport* shm_ = nullptr;
-  std::string host_id_;
+  TransportSet transports_;  // set at join, then read-only
   uint32_t max_payload_ = 0;
-  /// The transport for a peer and why: shm when it runs on this host (same
-  /// boot id and network namespace) and both allow shm, else tcp.
-  transport::Transport* pick_transport(const transport::PeerInfo& info, const char** why) const;
 
-  SlotTable<std::shared_ptr<LocalLmr>> lmrs_;    // memory this node owns
-  SlotTable<std::shared_ptr<Mapping>> handles_;  // handles this process holds
-
-  std::mutex published_mu_;
-  std::map<std::string, std::pair<LmrHandle, uint32_t>> published_;  // name -> handle, rights
-
-  // Request slots come in chunks made on first need: a fresh engine touches
-  // (and page-faults) only what it uses. Chunks are never freed before the
-  // engine, so a Request* stays valid; lookups check idx < num_reqs_.
-  static constexpr uint32_t kReqChunk = 64;
-  Request* req_at(uint32_t idx) const;
-  Status grow_requests();
-  std::unique_ptr<std::unique_ptr<Request[]>[]> chunks_;
-  uint32_t max_reqs_ = 0;
-  std::atomic<uint32_t> num_reqs_{0};
-  std::mutex grow_mu_;
-  std::atomic<uint64_t> free_head_{0};  // [aba tag:32][index+1:32]
-
-  static constexpr NodeId kMaxNodes = kMaxNodeId;
-  struct PeerSlot {
-    std::atomic<transport::Endpoint*> ep{nullptr};
-    std::atomic<transport::Transport*> via{nullptr};  // the transport of `ep`
-    std::atomic<const char*> why{nullptr};            // why that one (a string literal)
-    std::atomic<bool> down{false};
-    std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
-    std::atomic<int32_t> msg_in_flight{0};  // message credits used at this receiver
-    // Its messages consumed here (written under msg_mu_ only) and how many of
-    // those went back as credits; the difference is owed (wrapping counts).
-    std::atomic<uint32_t> consumed{0};
-    std::atomic<uint32_t> credited{0};
-  };
-  std::shared_mutex rpc_mu_;  // handlers_ is read per call, written at registration
-  std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;  // never erased
-  std::unordered_map<uint32_t, std::unique_ptr<RpcQueue>> rpc_queues_;  // never erased
-  // The handlers again, read per call without a lock: function id >> 8
-  // picks a page of 256 slots (made at registration, under rpc_mu_).
-  using HandlerSlot = std::atomic<const RpcHandler*>;
-  std::atomic<HandlerSlot*> handler_pages_[256] = {};
-  std::vector<std::unique_ptr<HandlerSlot[]>> handler_page_store_;  // under rpc_mu_
-  const RpcHandler* handler_for(uint32_t func_id) const;
+  LmrStore lmrs_;       // memory this node owns
+  ClientState client_;  // what this process holds
+  PeerTable peers_;
+  Credits credits_;
+  StageAllocator stage_;
+  RpcWorkerPool rpc_workers_;
   std::unique_ptr<std::byte[]> rpc_out_;  // reply scratch; used by the progress token holder
   size_t rpc_out_cap_ = 0;
-  std::mutex rpcq_mu_;  // guards every RpcQueue's contents and pending_replies_
-  struct PendingReply {
-    NodeId src;
-    uint64_t caller_req;
-  };
-  std::unordered_map<uint64_t, PendingReply> pending_replies_;  // token -> caller
-  uint64_t next_token_ = 1;
-  // Worker pool (engine.rpc_workers > 0): handlers run there, not on the
-  // progress thread, and may block.
-  std::mutex jobs_mu_;
-  std::condition_variable jobs_cv_;
-  std::deque<RpcJob> jobs_;
-  bool jobs_stop_ = false;
-  std::vector<std::thread> rpc_workers_;
-  // Guards ports_ and the cache (short sections: queue operations and an
-  // eager message's copy into the unexpected store; no system call).
-  SpinLock msg_mu_;
-  std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
-  uint32_t last_port_num_ = 0;  // the last port looked up, and its entry
-  Port* last_port_ = nullptr;
-  // Making a port when this many exist first drops the empty ones (then the
-  // mark doubles past what is left), so ports used once do not pile up.
-  static constexpr size_t kPortSweepAt = 1024;
-  size_t port_sweep_at_ = kPortSweepAt;
-  Port& port_locked(uint32_t port);
-  static uint32_t take_owed(PeerSlot& ps);
-  static void give_back_owed(PeerSlot& ps, uint32_t n) {  // taken but not delivered
-    if (n != 0) ps.credited.fetch_sub(n, std::memory_order_acq_rel);
-  }
-  std::unique_ptr<PeerSlot[]> peers_;
-  std::mutex stage_mu_;  // guards the stage allocator (no syscalls but the first alloc)
-  transport::MemRegion stage_{};
-  bool stage_failed_ = false;
-  std::map<uint64_t, uint64_t> stage_free_;  // offset -> length, coalesced
-  struct StageUse {
-    NodeId peer;
-    uint64_t len;
-  };
-  std::unordered_map<uint64_t, StageUse> stage_used_;  // offset -> use
-  std::mutex connect_mu_;
-  std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;  // owned; never freed early
 
+  // Progress (progress.cc). One thread polls at a time (busy_); see progress().
   std::atomic<bool> busy_{false}, want_{false};
   std::atomic<uint32_t> spinners_{0};  // callers spinning in wait(), polling for everyone
-  std::atomic<uint32_t> credit_seq_{0}, credit_sleepers_{0};  // wait_credits() futex
-  std::atomic<uint32_t> credit_watchers_{0};                  // live CreditWatch objects
-  void credits_returned();           // bumps the epoch and wakes credit waiters
-  void credit_came_back();           // credits_returned() if anyone watches (CreditWatch)
-  void end_spin(bool will_sleep);    // a spinner stops; unparks the progress thread if needed
-  std::atomic<bool> parked_{false};  // the progress thread is parked for them
-  // The progress token holder while it handles a batch, and whether more
-  // completions of that batch follow the one being handled (holder-only):
-  // replies it sends meanwhile are corked (kWrMore) and go out together.
+  std::atomic<bool> parked_{false};    // the progress thread is parked for them
   static constexpr int kMaxBatchesPerPass = 16;
   // While passes find work, the progress thread looks at the manager socket
   // this often (its answers to lock, barrier and name calls, membership).
@@ -420,6 +372,10 @@ class Engine {
   static constexpr uint64_t kMaxParkNs = 1000000;         // progress thread's longest park (1 ms)
   static constexpr int32_t kRpcCorkDepth = 2;  // outstanding calls before rpc_async corks
   static constexpr uint64_t kMaxPassNs = 2000000;
+  static constexpr size_t kCqBatch = 64;
+  // The progress token holder while it handles a batch, and whether more
+  // completions of that batch follow the one being handled (holder-only):
+  // replies it sends meanwhile are corked (kWrMore) and go out together.
   std::atomic<std::thread::id> holder_{};
   bool more_in_batch_ = false;
   std::vector<transport::Completion> cq_;  // used by the progress token holder only

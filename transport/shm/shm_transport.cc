@@ -917,14 +917,12 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
       ::usleep(100);
       continue;
     }
-    LT_DEBUG("shm: connect to node %u at %s: %s", peer.node, address.c_str(),
-             strerror(errno));
+    LT_DEBUG("shm: connect to node %u at %s: %s", peer.node, address.c_str(), strerror(errno));
     return Code::kPeerDown;
   }
   ucred cred{};
   if (!peer_cred(sock.get(), &cred) || cred.uid != ::geteuid()) {
-    LT_WARN("shm: node %u at %s belongs to another user; refusing it", peer.node,
-            address.c_str());
+    LT_WARN("shm: node %u at %s belongs to another user; refusing it", peer.node, address.c_str());
     return Code::kPeerDown;
   }
 

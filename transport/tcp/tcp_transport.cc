@@ -423,15 +423,13 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
   sockaddr_in addr{};
   const std::string address(peer.address(name()));
   if (address.empty()) return Code::kPeerDown;  // not in the address book (yet)
-  if (!parse_host_port(address, &host, &port).is_ok() ||
-      !net::resolve(host, port, &addr).is_ok()) {
+  if (!parse_host_port(address, &host, &port).is_ok() || !net::resolve(host, port, &addr).is_ok()) {
     LT_ERROR("tcp: node %u has a bad address '%s'", peer.node, address.c_str());
     return Code::kPeerDown;
   }
   auto fd = net::connect_tcp(addr, d);
   if (!fd) {
-    LT_DEBUG("tcp: connect to node %u at %s: %s", peer.node, address.c_str(),
-             fd.status().name());
+    LT_DEBUG("tcp: connect to node %u at %s: %s", peer.node, address.c_str(), fd.status().name());
     return fd.status();
   }
   net::set_bufsizes(fd->get(), config_.sndbuf_bytes, config_.rcvbuf_bytes);

@@ -1,0 +1,60 @@
+// The LMR handles this process holds, and the names it published (LITE's
+// master role: a master publishes an LMR by name, the cluster's mappers ask
+// it for a handle). A handle is opaque and unforgeable (SlotTable): a stale,
+// forged or garbage one is kBadHandle and touches nothing.
+//
+// Per-process state: a node daemon hosting many processes keeps one table
+// per process. Thread-safe: the slot table has its own lock; names_mu_
+// guards the names, and is never held across a call to the manager.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "proto/lmr/lmr.h"
+#include "proto/slot_table.h"
+
+namespace lt::proto {
+
+using LmrHandle = uint64_t;
+
+class HandleTable {
+ public:
+  explicit HandleTable(uint32_t capacity) : table_(capacity) {}
+
+  Result<LmrHandle> insert(std::shared_ptr<Mapping> m) { return table_.insert(std::move(m)); }
+  Status get(LmrHandle h, std::shared_ptr<Mapping>* out) const { return table_.get(h, out); }
+  Status erase(LmrHandle h) { return table_.erase(h, nullptr); }
+
+  /// A copy of the handle's mapping once `need` rights and [off, off + len)
+  /// check out: kBadHandle, kPerm, kOutOfBounds.
+  Status check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const {
+    std::shared_ptr<Mapping> p;
+    LT_RETURN_IF_ERROR(table_.get(h, &p));
+    if ((p->rights & need) != need) return Code::kPerm;
+    if (off > p->size || len > p->size - off) return Code::kOutOfBounds;
+    *m = *p;
+    return Status::ok();
+  }
+
+  /// Remembers `name` -> (h, max_rights); kExists if the name is taken here.
+  Status add_name(const std::string& name, LmrHandle h, uint32_t max_rights);
+  void remove_name(const std::string& name);
+  /// Forgets every name of `h` and returns them (to unregister).
+  std::vector<std::string> remove_names_of(LmrHandle h);
+  /// The master mapping published as `name` when `rights` is within what it
+  /// grants: kNotFound, kPerm (rights 0 or more than granted), kBadHandle.
+  Status lookup_name(const std::string& name, uint32_t rights,
+                     std::shared_ptr<Mapping>* master) const;
+
+ private:
+  SlotTable<std::shared_ptr<Mapping>> table_;
+  mutable std::mutex names_mu_;
+  std::map<std::string, std::pair<LmrHandle, uint32_t>> names_;  // name -> handle, rights
+};
+
+}  // namespace lt::proto

@@ -1,0 +1,236 @@
+// Message and RPC credits, per peer, and the epoch that callers out of
+// credits wait on.
+//
+// Message credits bound what a sender leaves unconsumed at a receiver, so
+// the receiver's store of unexpected messages stays bounded: a sender takes
+// one per message (msg_in_flight) and the receiver gives them back as it
+// consumes, piggybacked on its next message to the sender (take_owed) or in
+// a MsgCredit once a quarter of them are owed. RPC credits bound the calls
+// outstanding at one server (its ring for us); a reply returns one.
+//
+// Thread contract: every method is thread-safe except count_consumed() and
+// reset(), which callers serialize (the engine calls them under its port
+// table lock): `consumed` has that one writer, so counting a consumed
+// message is a plain store, not a locked instruction.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+#include "common/time.h"
+#include "proto/wait.h"
+#include "transport/transport.h"
+
+namespace lt::proto {
+
+using transport::NodeId;
+
+class Credits {
+ public:
+  /// `msg_credits` unconsumed messages per (sender, receiver) pair and
+  /// `rpc_slots` outstanding calls per (client, server), for node ids below
+  /// `max_nodes`.
+  Credits(uint32_t msg_credits, uint32_t rpc_slots, NodeId max_nodes)
+      : msg_limit_(static_cast<int32_t>(msg_credits)),
+        rpc_limit_(static_cast<int32_t>(rpc_slots)),
+        batch_(std::max<int32_t>(1, static_cast<int32_t>(msg_credits / 4))),
+        max_nodes_(max_nodes),
+        peers_(new Peer[max_nodes]) {}
+
+  // ---- sender side
+
+  /// One message credit towards `node`; false (nothing taken) when they are
+  /// all in use. `node` is a valid id (checked by the caller).
+  bool take_msg(NodeId node) {
+    std::atomic<int32_t>& f = peers_[node].msg_in_flight;
+    if (f.fetch_add(1, std::memory_order_seq_cst) < msg_limit_) return true;
+    f.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
+  /// Gives back a credit take_msg() took for a message that did not go.
+  void untake_msg(NodeId node) {
+    peers_[node].msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  /// Credits a receiver sent back. Never below zero: credits that arrive
+  /// after a connection was lost and re-made must not mint extra ones.
+  void apply_msg(NodeId from, uint32_t count) {
+    if (count == 0 || from == 0 || from >= max_nodes_) return;
+    std::atomic<int32_t>& f = peers_[from].msg_in_flight;
+    int32_t v = f.load(std::memory_order_acquire);
+    while (v > 0) {
+      int32_t next = v > static_cast<int32_t>(count) ? v - static_cast<int32_t>(count) : 0;
+      // seq_cst with the watcher count read after it, against a caller's
+      // Watch and then its credit take: one sees the other.
+      if (f.compare_exchange_weak(v, next, std::memory_order_seq_cst)) {
+        came_back();
+        return;
+      }
+    }
+  }
+
+  /// One call slot at server `node`: the number of calls that were already
+  /// outstanding there, or -1 (nothing taken) when all are in use.
+  int32_t take_rpc(NodeId node) {
+    std::atomic<int32_t>& c = peers_[node].rpc_in_flight;
+    int32_t used = c.fetch_add(1, std::memory_order_seq_cst);
+    if (used < rpc_limit_) return used;
+    c.fetch_sub(1, std::memory_order_acq_rel);
+    return -1;
+  }
+  void untake_rpc(NodeId node) {
+    peers_[node].rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  /// A reply freed a slot at `n` (or a call failed that will get none).
+  /// Never below zero: a reply that arrives (on a new connection) for a
+  /// call already failed by a peer loss must not mint an extra credit.
+  void return_rpc(NodeId n) {
+    if (n == 0 || n >= max_nodes_) return;
+    std::atomic<int32_t>& c = peers_[n].rpc_in_flight;
+    int32_t v = c.load(std::memory_order_acquire);
+    while (v > 0) {
+      if (c.compare_exchange_weak(v, v - 1, std::memory_order_seq_cst)) {  // see apply_msg
+        came_back();
+        return;
+      }
+    }
+  }
+
+  // ---- receiver side
+
+  /// A message from `from` was consumed here. True when a MsgCredit is due:
+  /// a quarter of the credits are owed (a blocked sender has more than three
+  /// quarters of its messages still unconsumed here, so batching never
+  /// withholds the credit it waits for), or it came from this node
+  /// (`to_self`: back at once). Callers serialize.
+  bool count_consumed(NodeId from, bool to_self) {
+    if (from == 0 || from >= max_nodes_) return false;
+    Peer& p = peers_[from];
+    uint32_t c = p.consumed.load(std::memory_order_relaxed) + 1;
+    p.consumed.store(c, std::memory_order_release);
+    if (to_self) return true;
+    return static_cast<int32_t>(c - p.credited.load(std::memory_order_relaxed)) >= batch_;
+  }
+  /// The credits owed to `peer`, taken to ride on a message to it (reads
+  /// first: most messages owe none, and the compare-exchange is a locked
+  /// instruction).
+  uint32_t take_owed(NodeId peer) {
+    if (peer == 0 || peer >= max_nodes_) return 0;
+    Peer& p = peers_[peer];
+    uint32_t c = p.consumed.load(std::memory_order_acquire);
+    uint32_t r = p.credited.load(std::memory_order_relaxed);
+    while (static_cast<int32_t>(c - r) > 0) {
+      if (p.credited.compare_exchange_weak(r, c, std::memory_order_acq_rel)) return c - r;
+    }
+    return 0;  // none, or another sender took them
+  }
+  /// Owed credits taken for a message that did not go: owed again.
+  void give_back_owed(NodeId peer, uint32_t n) {
+    if (n != 0) peers_[peer].credited.fetch_sub(n, std::memory_order_acq_rel);
+  }
+
+  /// A lost connection loses the messages, calls and credits it carried;
+  /// those credits would be gone for good (a sender blocked for ever at the
+  /// limit). Both ends start afresh: in-flight counts to zero, owed credits
+  /// forgotten (the other end does the same). Messages of the old connection
+  /// still waiting in a store here return their credits later: a sender may
+  /// then have up to twice its credits unconsumed here, once. Callers
+  /// serialize as for count_consumed().
+  void reset(NodeId peer) {
+    if (peer == 0 || peer >= max_nodes_) return;
+    Peer& p = peers_[peer];
+    p.msg_in_flight.store(0, std::memory_order_seq_cst);
+    p.rpc_in_flight.store(0, std::memory_order_seq_cst);
+    p.credited.store(p.consumed.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+  }
+
+  // ---- waiting for credits
+
+  /// Moves when credits come back while a Watch exists (and on every
+  /// returned()): a caller out of credits makes a Watch, reads the epoch,
+  /// tries again, and on failure waits for the epoch to move.
+  uint32_t epoch() const { return seq_.load(std::memory_order_acquire); }
+  class Watch {
+   public:
+    explicit Watch(Credits& c) : c_(c) { c_.watchers_.fetch_add(1, std::memory_order_seq_cst); }
+    ~Watch() { c_.watchers_.fetch_sub(1, std::memory_order_seq_cst); }
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+
+   private:
+    Credits& c_;
+  };
+  /// Moves the epoch and wakes sleepers (a peer went down or lost its
+  /// connection: waiters retry and see it).
+  void returned() {
+    seq_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&seq_);
+  }
+  /// Sleeps until the epoch is no longer `seen`, or `d` (kTimedOut). The
+  /// spin before it is the caller's (it polls the transports).
+  Status sleep_while(uint32_t seen, Deadline d) {
+    while (seq_.load(std::memory_order_acquire) == seen) {
+      uint64_t left = d.remaining_ns();
+      if (left == 0) return Code::kTimedOut;
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      if (seq_.load(std::memory_order_seq_cst) == seen) {
+        futex_wait(&seq_, seen, std::min<uint64_t>(left, kMaxSleepNs));
+      }
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    return Status::ok();
+  }
+
+ private:
+  struct Peer {
+    std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
+    std::atomic<int32_t> msg_in_flight{0};  // message credits used at this receiver
+    // Its messages consumed here (one writer: see the thread contract) and
+    // how many of those went back as credits; the difference is owed
+    // (wrapping counts).
+    std::atomic<uint32_t> consumed{0};
+    std::atomic<uint32_t> credited{0};
+  };
+  /// One count went down (its compare-exchange was seq_cst): watchers see
+  /// the epoch move; without watchers nothing is bumped (a locked
+  /// instruction per message otherwise).
+  void came_back() {
+    if (watchers_.load(std::memory_order_seq_cst) != 0) returned();
+  }
+
+  const int32_t msg_limit_, rpc_limit_, batch_;
+  const NodeId max_nodes_;
+  std::unique_ptr<Peer[]> peers_;
+  std::atomic<uint32_t> seq_{0}, sleepers_{0}, watchers_{0};
+};
+
+/// One send's message credit (taken by the sender) and the owed credits
+/// that ride on its message: both go back when the guard dies, unless the
+/// message went (sent()). Every way a send can fail unwinds through here.
+class MsgCreditGuard {
+ public:
+  /// Takes nothing: the caller took the credit (Credits::take_msg).
+  MsgCreditGuard(Credits& c, NodeId node) : c_(c), node_(node) {}
+  ~MsgCreditGuard() {
+    if (sent_) return;
+    c_.untake_msg(node_);
+    c_.give_back_owed(node_, owed_);
+  }
+  MsgCreditGuard(const MsgCreditGuard&) = delete;
+  MsgCreditGuard& operator=(const MsgCreditGuard&) = delete;
+
+  /// The credits owed to the destination, to put in the message.
+  uint32_t take_owed() { return owed_ = c_.take_owed(node_); }
+  /// The message is out: the credits stay with it.
+  void sent() { sent_ = true; }
+
+ private:
+  Credits& c_;
+  const NodeId node_;
+  uint32_t owed_ = 0;
+  bool sent_ = false;
+};
+
+}  // namespace lt::proto

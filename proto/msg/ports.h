@@ -1,0 +1,124 @@
+// Message ports: per port, the messages that arrived before a receive was
+// posted (unexpected) and the receives waiting for messages (posted); at most
+// one of the two queues is non-empty. Matching is FIFO on both sides, which
+// with one connection per peer keeps order per (source, port).
+//
+// Thread contract: PortTable owns its lock (a SpinLock: sections are queue
+// operations and an eager message's copy into the store, never a system
+// call). get_locked() and the queues of the Port it returns are used with
+// lock() held; the Port is used before another lookup (making a port may
+// drop empty ones).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/spinlock.h"
+#include "proto/request.h"
+
+namespace lt::proto {
+
+/// A receive waiting in a FIFO (a port's, or a server loop's function's).
+struct PostedRecv {
+  ReqId id;
+  Request* r;
+};
+
+/// Takes the oldest posted receive that is still PENDING, now CLAIMED (a
+/// cancelled one is skipped and dropped). False when none is left.
+inline bool claim_posted(std::deque<PostedRecv>& posted, Request** out) {
+  while (!posted.empty()) {
+    PostedRecv pr = posted.front();
+    posted.pop_front();
+    if (pr.r->move(req_gen(pr.id), kStPending, kStClaimed)) {
+      *out = pr.r;
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Takes receive `id` out of a FIFO if it is still there (it may have been
+/// skipped already); the newest entries are looked at first.
+inline void erase_posted(std::deque<PostedRecv>& posted, ReqId id) {
+  for (auto it = posted.rbegin(); it != posted.rend(); ++it) {
+    if (it->id == id) {
+      posted.erase(std::next(it).base());
+      return;
+    }
+  }
+}
+
+/// A message that arrived before a receive was posted: its bytes (eager), or
+/// the sender's rendezvous request (rts).
+struct Unexpected {
+  NodeId src = 0;
+  bool rts = false;
+  uint64_t len = 0;
+  uint64_t sender_req = 0;
+  uint64_t stage_rkey = 0, stage_off = 0;  // a staged rendezvous message
+  std::vector<std::byte> data;
+};
+
+struct Port {
+  std::deque<Unexpected> unexpected;
+  std::deque<PostedRecv> posted;
+  bool empty() const { return unexpected.empty() && posted.empty(); }
+};
+
+class PortTable {
+ public:
+  /// Making a port when `sweep_at` exist first drops the empty ones (then
+  /// the mark doubles past what is left), so ports used once do not pile up.
+  static constexpr size_t kSweepAt = 1024;
+  explicit PortTable(size_t sweep_at = kSweepAt) : base_sweep_at_(sweep_at), sweep_at_(sweep_at) {}
+  PortTable(const PortTable&) = delete;
+  PortTable& operator=(const PortTable&) = delete;
+
+  SpinLock& mutex() { return mu_; }
+
+  /// The entry of `port`, made on first use. Caller holds mutex(). One
+  /// message stream usually uses one port: the last lookup is kept.
+  Port& get_locked(uint32_t port) {
+    if (last_ != nullptr && last_num_ == port) return *last_;
+    auto it = ports_.find(port);
+    if (it == ports_.end()) {
+      if (ports_.size() >= sweep_at_) sweep_locked();
+      it = ports_.emplace(port, std::make_unique<Port>()).first;
+    }
+    last_num_ = port;
+    last_ = it->second.get();
+    return *it->second;
+  }
+
+  /// Takes a cancelled receive out of its port's posted FIFO, so that
+  /// receives timing out on a quiet port do not pile up.
+  void unpost(uint32_t port, ReqId id) {
+    std::lock_guard<SpinLock> g(mu_);
+    erase_posted(get_locked(port).posted, id);
+  }
+
+  /// Ports that exist now (empty ones included until a sweep). Caller holds mutex().
+  size_t size_locked() const { return ports_.size(); }
+
+ private:
+  void sweep_locked() {
+    // An empty port holds nothing: it is made again on its next use.
+    std::erase_if(ports_, [](const auto& kv) { return kv.second->empty(); });
+    last_ = nullptr;
+    sweep_at_ = std::max(base_sweep_at_, 2 * ports_.size());
+  }
+
+  SpinLock mu_;
+  std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
+  uint32_t last_num_ = 0;  // the last port looked up, and its entry
+  Port* last_ = nullptr;
+  const size_t base_sweep_at_;
+  size_t sweep_at_;
+};
+
+}  // namespace lt::proto

@@ -1,0 +1,174 @@
+// Receiving messages (LT_recv): receives and arrivals meet in the port
+// table (ports.h), FIFO on both sides. An eager message is copied into the
+// receive; a staged one is read natively from the sender's stage; a
+// rendezvous one is pulled (rndv.cc).
+#include <cstring>
+
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+using transport::WorkRequest;
+
+Status Engine::fill_recv(Request* r, NodeId from, std::span<const std::byte> data, bool set_src) {
+  *r->rpc_len = data.size();
+  if (set_src) *r->msg_src = from;
+  if (data.size() > r->out_len) return Code::kTruncated;
+  if (!data.empty()) std::memcpy(r->out, data.data(), data.size());
+  return Status::ok();
+}
+
+Result<ReqId> Engine::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (src == nullptr || len == nullptr || (buf == nullptr && cap != 0)) return Code::kInvalidArg;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRecv, 0, &id);
+  if (!r) return r.status();
+  Request* req = *r;
+  req->out = static_cast<std::byte*>(buf);
+  req->out_len = cap;
+  req->rpc_len = len;
+  req->msg_src = src;
+  req->msg_port = port;
+  match_recv(req, id);
+  return id;
+}
+
+// Matches a pending receive with the oldest message waiting on its port, or
+// queues it. An eager message is copied in at once; a rendezvous one is
+// pulled from its sender (the receive then waits on that node).
+void Engine::match_recv(Request* req, ReqId id) {
+  Unexpected u;
+  bool place = false, credit_due = false;
+  {
+    std::lock_guard<SpinLock> g(client_.ports.mutex());
+    Port* p = &client_.ports.get_locked(req->msg_port);
+    if (p->unexpected.empty()) {
+      req->peer.store(0);
+      p->posted.push_back({id, req});
+      return;
+    }
+    const Unexpected& f = p->unexpected.front();
+    // Claim before taking the message, so a racing cancel cannot lose it. A
+    // receive that pulls its message becomes PLACING: it cannot be withdrawn
+    // until the data is in (or the sender is lost), since the pull has
+    // consumed the sender's message. Its peer is set first, so a peer loss
+    // finds it.
+    const bool pulls = f.rts && f.stage_rkey == 0;
+    place = pulls && can_place(f.src, f.len, req->out_len);
+    if (pulls) req->peer.store(f.src);
+    if (!req->move(req_gen(id), kStPending, pulls ? kStPlacing : kStClaimed)) return;
+    u = std::move(p->unexpected.front());
+    p->unexpected.pop_front();
+    if (!u.rts) credit_due = credits_.count_consumed(u.src, u.src == self());
+  }
+  if (!u.rts) {
+    deliver_eager(req, u.src, u.data);
+    if (credit_due) send_credit(u.src);
+    return;
+  }
+  if (u.stage_rkey != 0) return deliver_staged(req, u.src, u.len, u.stage_rkey, u.stage_off);
+  req->spin_extra_us.store(rendezvous_spin_us(u.len), std::memory_order_relaxed);
+  MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id, 0, 0};
+  if (place) offer_placement(req, u.src, u.len, &pull);
+  // Publish the request's fields (and a registration) to whichever thread
+  // completes the receive (the answer may come through another process's
+  // shared memory, an edge TSan cannot see); an RMW, so a concurrent
+  // peer-down claim is kept.
+  req->word.fetch_or(0, std::memory_order_release);
+  send_pull(req, id, u.src, pull);
+}
+
+// Copies an eager message into a claimed receive and completes it.
+void Engine::deliver_eager(Request* r, NodeId from, std::span<const std::byte> data) {
+  finish(r, fill_recv(r, from, data));
+}
+
+// Completes a claimed receive with a message staged at its sender: read it
+// natively into the receive's buffer, then let the sender free it.
+void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off) {
+  Status s;
+  *r->rpc_len = len;
+  *r->msg_src = from;
+  if (len > r->out_len) {
+    s = Code::kTruncated;
+  } else if (len > 0) {
+    transport::Endpoint* ep = nullptr;
+    s = endpoint(from, default_deadline(), &ep);
+    transport::Transport* via = peers_.via(from);
+    if (s.is_ok() && (len > UINT32_MAX || via == nullptr || !via->caps().one_sided)) {
+      s = Code::kMalformed;
+    }
+    if (s.is_ok()) {
+      WorkRequest wr;
+      wr.op = transport::Op::kRead;
+      wr.num_sge = 1;
+      wr.sge[0] = {r->out, static_cast<uint32_t>(len), 0};
+      wr.remote = {off, rkey};
+      auto p = ep->post(std::span<const WorkRequest>(&wr, 1));
+      s = !p ? p.status() : *p == 1 ? Status::ok() : Status(Code::kNoResource);
+    }
+  }
+  finish(r, s);
+  MsgStaged done{make_header(MsgOp::kMsgStaged, 0), off};
+  (void)send(from, &done, sizeof(done), nullptr, 0, default_deadline(), true);
+  credit_consumed(from);
+}
+
+void Engine::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  switch (static_cast<MsgOp>(h.op)) {
+    case MsgOp::kMsgEager:
+    case MsgOp::kMsgRts:
+      return arrive(from, h, b);
+    case MsgOp::kMsgPull:
+      return serve_pull(from, h, b);  // rndv.cc
+    case MsgOp::kMsgCredit:
+      return credits_.apply_msg(from, load<MsgCredit>(b).count);
+    case MsgOp::kMsgStaged:
+      return stage_.free(from, load<MsgStaged>(b).stage_off);
+    default:
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// A message (eager, or a rendezvous request) arrived: to the oldest posted
+// receive of its port, or into the port's unexpected store.
+void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  const bool rts = h.op == static_cast<uint8_t>(MsgOp::kMsgRts);
+  uint32_t port = rts ? load<MsgRts>(b).port : load<MsgEager>(b).port;
+  credits_.apply_msg(from, rts ? load<MsgRts>(b).credits : load<MsgEager>(b).credits);
+  Request* r = nullptr;
+  std::unique_lock<SpinLock> g(client_.ports.mutex());
+  Port& p = client_.ports.get_locked(port);
+  if (!claim_posted(p.posted, &r)) {
+    Unexpected u;
+    u.src = from;
+    u.rts = rts;
+    if (rts) {
+      auto m = load<MsgRts>(b);
+      u.len = m.len;
+      u.sender_req = h.req_id;
+      u.stage_rkey = m.stage_rkey;
+      u.stage_off = m.stage_off;
+    } else {
+      auto data = b.subspan(sizeof(MsgEager));
+      u.len = data.size();
+      u.data.assign(data.begin(), data.end());
+    }
+    p.unexpected.push_back(std::move(u));
+    return;
+  }
+  if (!rts) {
+    bool credit_due = credits_.count_consumed(from, from == self());
+    g.unlock();
+    deliver_eager(r, from, b.subspan(sizeof(MsgEager)));
+    if (credit_due) send_credit(from);
+    return;
+  }
+  g.unlock();
+  auto m = load<MsgRts>(b);
+  if (m.stage_rkey != 0) return deliver_staged(r, from, m.len, m.stage_rkey, m.stage_off);
+  pull_matched(r, from, h.req_id, m.len);  // rndv.cc
+}
+
+}  // namespace lt::proto

@@ -1,0 +1,142 @@
+// Rendezvous: a message above the eager threshold waits at its sender
+// (MsgRts) until a receive matches it; the receiver then asks for it
+// (MsgPull). The sender either places the bytes straight into the
+// receive's registered buffer (single copy, Caps::placement) and says so
+// (MsgPlaced), or sends them (MsgData). See ARCHITECTURE "Placement".
+#include "common/log.h"
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+using transport::WorkRequest;
+
+// Extra spin for a waiter on a `len`-byte rendezvous: about the time its
+// copy takes at 4 GB/s, at most kMaxRendezvousSpinUs. A waiter that sleeps
+// through the copy pays a wake-up (tens of µs here) after it.
+uint32_t Engine::rendezvous_spin_us(uint64_t len) {
+  return static_cast<uint32_t>(std::min<uint64_t>(len >> 12, kMaxRendezvousSpinUs));
+}
+
+// True when the sender `from` can write a `len`-byte message straight into
+// a receive buffer of `cap` bytes (the transport to it places writes).
+bool Engine::can_place(NodeId from, uint64_t len, uint64_t cap) const {
+  if (!peers_.valid(from) || len == 0 || len > cap || len > UINT32_MAX) return false;
+  transport::Transport* t = peers_.via(from);
+  return t != nullptr && t->caps().placement;
+}
+
+// Registers the receive's buffer with the transport that reaches `from` and
+// names it in the pull. Both ends of a pair pick the same transport (the
+// choice depends on both nodes' offers), so the rkey is one the sender's
+// endpoint understands. Nothing is offered if registration fails: the
+// sender then sends the bytes in MsgData.
+void Engine::offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull) {
+  transport::Transport* t = peers_.via(from);
+  if (t == nullptr) return;
+  auto mr =
+      t->register_memory(std::span<std::byte>(req->out, len), transport::Access::kRemoteWrite);
+  if (!mr.is_ok() || mr->rkey == 0) return;
+  req->place_t = t;
+  req->place_mr = *mr;
+  pull->dst_addr = reinterpret_cast<uintptr_t>(req->out);
+  pull->dst_rkey = mr->rkey;
+}
+
+void Engine::drop_placement(Request* r) {
+  if (r->place_t == nullptr) return;
+  r->place_t->deregister_memory(r->place_mr);
+  r->place_t = nullptr;
+  r->place_mr = {};
+}
+
+// Sends a receive's pull; a receive whose pull cannot go fails with why.
+void Engine::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
+  Status s = send(to, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
+  if (s.is_ok()) return;
+  // Unless a peer-down sweep failed it first (and its slot may be reused).
+  if (req->move(req_gen(id), kStPlacing, kStClaimed)) finish(req, s);
+}
+
+// A rendezvous request matched a posted receive (claimed by the caller):
+// pull the data into it, or have the sender place it there.
+void Engine::pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len) {
+  r->peer.store(from);
+  uint64_t w = r->word.load();
+  ReqId recv_id = make_req_id(word_gen(w), r->idx);
+  MsgPull pull{make_header(MsgOp::kMsgPull, sender_req), recv_id, 0, 0};
+  r->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
+  if (can_place(from, len, r->out_len)) offer_placement(r, from, len, &pull);
+  // PLACING, placed or pulled: the pull consumes the sender's message, so
+  // the receive cannot be withdrawn until the data is in (match_recv).
+  r->word.store((w & ~uint64_t{0xff}) | kStPlacing, std::memory_order_release);
+  send_pull(r, recv_id, from, pull);
+}
+
+// The receiver is ready: send the rendezvous data, complete our send.
+void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  auto q = load<MsgPull>(b);
+  Request* r = client_.requests.slot(h.req_id);
+  if (r == nullptr) return;
+  const uint32_t gen = req_gen(h.req_id);
+  // Claim first: only then are the request's plain fields ours to read.
+  bool claimed = r->peer.load() == from && r->move(gen, kStPending, kStClaimed);
+  if (claimed && r->kind != ReqKind::kSendRndv) {
+    r->word.store(req_word(gen, kStPending), std::memory_order_release);  // not a send: undo
+    claimed = false;
+  }
+  if (!claimed) {
+    // The send was cancelled (timed out): tell the receiver, whose
+    // receive then takes the next message instead.
+    late_.fetch_add(1, std::memory_order_relaxed);
+    MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id, Code::kTimedOut);
+    (void)send(from, &d, sizeof(d), nullptr, 0, default_deadline(), true);
+    return;
+  }
+  if (q.dst_rkey != 0) {
+    // Single copy: write into the receiver's buffer, then say so (the
+    // transport delivers MsgPlaced after the written bytes).
+    Status ws = place_write(from, r->send_buf, r->out_len, q.dst_addr, q.dst_rkey);
+    if (ws.is_ok()) {
+      MsgPlaced pl{make_header(MsgOp::kMsgPlaced, q.recv_id), r->out_len};
+      return finish(r, send(from, &pl, sizeof(pl), nullptr, 0, default_deadline(), true));
+    }
+    if (ws.code() == Code::kPeerDown) return finish(r, ws);
+    // Refused (a ptrace policy may forbid cross-memory attach): send the bytes.
+    LT_DEBUG("placement to node %u refused (%s); sending the data", from, ws.text());
+  }
+  MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id);
+  finish(r, send(from, &d, sizeof(d), r->send_buf, r->out_len, default_deadline(), true));
+}
+
+// The sender's side of placement: one kWrite of the message into the
+// receiver's registered buffer.
+Status Engine::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr,
+                           uint64_t rkey) {
+  if (len > UINT32_MAX) return Code::kInvalidArg;
+  transport::Endpoint* ep;
+  Deadline d = default_deadline();
+  LT_RETURN_IF_ERROR(endpoint(to, d, &ep));
+  WorkRequest wr;
+  wr.op = transport::Op::kWrite;
+  wr.flags = transport::kWrMustQueue;
+  wr.num_sge = 1;
+  wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
+  wr.remote = {addr, rkey};
+  return post_one(to, ep, wr, d);
+}
+
+// A rendezvous receive's answer: MsgPlaced (the bytes are in its buffer
+// already) or MsgData (the bytes follow).
+Status Engine::complete_recv(Request* r, NodeId from, MsgOp op, std::span<const std::byte> b) {
+  if (op == MsgOp::kMsgPlaced) {
+    uint64_t n = load<MsgPlaced>(b).len;
+    if (r->place_t == nullptr || n > r->place_mr.len) return Code::kMalformed;
+    *r->rpc_len = n;
+    *r->msg_src = from;
+    return Status::ok();
+  }
+  if (op != MsgOp::kMsgData) return Code::kMalformed;
+  return fill_recv(r, from, b.subspan(sizeof(MsgHeader)));
+}
+
+}  // namespace lt::proto

@@ -1,0 +1,137 @@
+// Sending messages (LT_send, LT_send_async): eager up to the serving
+// transport's eager_max (copied; the buffer is free at return), staged over
+// a one-sided transport without placement (copied into the stage; complete
+// at once), rendezvous otherwise (the receiver pulls, or the sender places
+// the bytes into its buffer: rndv.cc). Every send holds a message credit
+// (credits.h) from the start; a failure anywhere gives it back.
+#include <cstring>
+#include <vector>
+
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+Result<ReqId> Engine::send_async(NodeId node, uint32_t port, const void* buf, size_t len) {
+  return send_impl(node, port, buf, len, false);
+}
+
+Status Engine::send_now(NodeId node, uint32_t port, const void* buf, size_t len) {
+  auto r = send_impl(node, port, buf, len, true);
+  return r.is_ok() ? Status::ok() : r.status();
+}
+
+// no_request: the caller blocks anyway (LT_send), so an eager or staged
+// message, complete once posted, needs no request slot (ReqId 0); a message
+// that must be pulled gives kUnsupported with nothing taken.
+Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, size_t len,
+                                bool no_request) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if ((buf == nullptr && len != 0) || len > max_payload_ - sizeof(MsgEager)) {
+    return Code::kInvalidArg;
+  }
+  if (!peers_.valid(node)) return Code::kPeerDown;
+  // The peer first: a dead one is PEER_DOWN even when no credit is left.
+  transport::Transport* via = nullptr;
+  if (node != self()) {
+    transport::Endpoint* ep;
+    LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
+    via = peers_.via(node);
+  }
+  // Credits bound what this sender can leave unconsumed at the receiver, so
+  // the receiver's store of unexpected messages stays bounded.
+  if (!credits_.take_msg(node)) return Code::kNoResource;
+  MsgCreditGuard credit(credits_, node);
+  if (via == nullptr) return send_to_self(port, buf, len, no_request, credit);
+  const transport::Caps& caps = via->caps();
+  if (len <= caps.eager_max) return send_eager(node, port, buf, len, no_request, credit);
+  // Staged when the transport reads natively but cannot place (no
+  // cross-memory attach): placement is one copy and needs no stage, so it
+  // goes by the pull below.
+  if (uint64_t off; caps.one_sided && !caps.placement && stage_.alloc(node, len, &off)) {
+    return send_staged(node, port, buf, len, off, no_request, credit);
+  }
+  if (no_request) return Code::kUnsupported;  // goes by the pull: the caller uses send_async
+  return send_rndv(node, port, buf, len, credit);
+}
+
+Result<Request*> Engine::send_request_slot(bool no_request, ReqId* id) {
+  *id = 0;
+  if (no_request) return static_cast<Request*>(nullptr);
+  return alloc_request(ReqKind::kPlain, 0, id);
+}
+
+Result<ReqId> Engine::end_send(Request* r, ReqId id, Status s) {
+  if (r == nullptr) return s.is_ok() ? Result<ReqId>(ReqId{0}) : Result<ReqId>(s);
+  r->set_claimed();
+  if (!s.is_ok()) {
+    release(r);
+    return s;
+  }
+  finish(r, Status::ok());
+  return id;
+}
+
+// To this node: delivered here, whatever the size (one copy).
+Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len, bool no_request,
+                                   MsgCreditGuard& credit) {
+  ReqId id;  // the request comes first: once the message is out, the call succeeds
+  auto r = send_request_slot(no_request, &id);
+  if (!r) return r.status();
+  MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
+  std::vector<std::byte> msg(sizeof(m) + len);
+  std::memcpy(msg.data(), &m, sizeof(m));
+  if (len) std::memcpy(msg.data() + sizeof(m), buf, len);
+  serve_msg(self(), m.h, msg);
+  credit.sent();
+  return end_send(*r, id, Status::ok());
+}
+
+Result<ReqId> Engine::send_eager(NodeId node, uint32_t port, const void* buf, size_t len,
+                                 bool no_request, MsgCreditGuard& credit) {
+  ReqId id;
+  auto r = send_request_slot(no_request, &id);
+  if (!r) return r.status();
+  MsgEager m{make_header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
+  Status s = send(node, &m, sizeof(m), buf, len, default_deadline(), false);
+  if (s.is_ok()) credit.sent();
+  return end_send(*r, id, s);
+}
+
+// Copied into the stage and complete now; the receiver reads the copy
+// natively and frees it with MsgStaged.
+Result<ReqId> Engine::send_staged(NodeId node, uint32_t port, const void* buf, size_t len,
+                                  uint64_t stage_off, bool no_request, MsgCreditGuard& credit) {
+  ReqId id;
+  auto r = send_request_slot(no_request, &id);
+  if (!r) {
+    stage_.free(node, stage_off);
+    return r.status();
+  }
+  std::memcpy(stage_.base() + stage_off, buf, len);
+  MsgRts m{make_header(MsgOp::kMsgRts, 0), port, credit.take_owed(), len, stage_.rkey(), stage_off};
+  Status s = send(node, &m, sizeof(m), nullptr, 0, default_deadline(), false);
+  if (s.is_ok()) {
+    credit.sent();
+  } else {
+    stage_.free(node, stage_off);
+  }
+  return end_send(*r, id, s);
+}
+
+// Rendezvous: the request waits for the receiver's pull (rndv.cc), and the
+// buffer stays the caller's until it completes.
+Result<ReqId> Engine::send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
+                                MsgCreditGuard& credit) {
+  ReqId id;
+  auto r = alloc_request(ReqKind::kSendRndv, node, &id);
+  if (!r) return r.status();
+  (*r)->send_buf = static_cast<const std::byte*>(buf);
+  (*r)->out_len = len;
+  (*r)->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
+  MsgRts m{make_header(MsgOp::kMsgRts, id), port, credit.take_owed(), len, 0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, node, &m, sizeof(m), nullptr, 0));
+  credit.sent();
+  return id;
+}
+
+}  // namespace lt::proto

@@ -1,0 +1,134 @@
+// Reaching peers: the endpoint cache (connect on first use) and the one path
+// every message takes to a transport, through the QoS scheduler.
+#include <chrono>
+#include <thread>
+
+#include "common/log.h"
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+using transport::WorkRequest;
+
+Status Engine::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
+  if (!peers_.valid(p) || peers_.down(p)) return Code::kPeerDown;
+  if (transport::Endpoint* e = peers_.live(p); e != nullptr) {
+    *out = e;
+    return Status::ok();
+  }
+  return connect_peer(p, d, out);
+}
+
+// The cold path of endpoint(): first contact or a reconnect.
+Status Engine::connect_peer(NodeId p, Deadline d, transport::Endpoint** out) {
+  // A node that joined moments ago may not be in our address book yet (the
+  // manager's MemberUp for it is on its way to our progress thread): wait
+  // for it, bounded, unless we are that thread.
+  if (!membership_.peer(p) &&
+      std::this_thread::get_id() != progress_tid_.load(std::memory_order_acquire)) {
+    Deadline w = Deadline::after_ms(config_.tcp.connect_timeout_ms);
+    if (d.at_ns() < w.at_ns()) w = d;
+    while (!membership_.peer(p) && !w.expired() && !peers_.down(p)) {
+      if (peers_.live(p) != nullptr) break;  // it reached us first
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (peers_.down(p)) return Code::kPeerDown;
+  }
+  std::lock_guard<std::mutex> g(peers_.connect_mutex());
+  if (transport::Endpoint* e = peers_.live(p); e != nullptr) {
+    *out = e;
+    return Status::ok();
+  }
+  // A peer can reach us before the manager's MemberUp for it does; its
+  // inbound connection (authenticated by the cluster token) is then reused.
+  Deadline cd = Deadline::after_ms(config_.tcp.connect_timeout_ms);
+  if (d.at_ns() < cd.at_ns()) cd = d;
+  auto info = membership_.peer(p);
+  Result<std::unique_ptr<transport::Endpoint>> ep = Code::kPeerDown;
+  transport::Transport* via = nullptr;
+  const char* why = "";
+  if (info) {
+    via = transports_.pick(*info, &why);
+    if (via == nullptr) {
+      LT_WARN("node %u: no common transport (ours: %s)", p, config_.transports.c_str());
+      return Code::kUnsupported;
+    }
+    ep = via->connect(*info, cd);
+  } else {
+    // Not in our address book yet: only an inbound connection (whichever
+    // transport it came on, authenticated by the cluster token) can serve.
+    for (auto& t : transports_.all()) {
+      ep = t->connect(transport::PeerInfo{p, "", {}}, cd);
+      if (ep) {
+        via = t.get();
+        why = "the peer connected first";
+        break;
+      }
+    }
+  }
+  if (!ep) return ep.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
+  *out = peers_.install(p, std::move(ep.value()), via, why);
+  return Status::ok();
+}
+
+Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen,
+                    Deadline d, bool reply, bool more) {
+  transport::Endpoint* ep;
+  LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
+  WorkRequest wr;
+  wr.op = transport::Op::kSend;
+  wr.num_sge = dlen ? 2 : 1;
+  wr.sge[0] = {static_cast<const std::byte*>(hdr), static_cast<uint32_t>(hlen), 0};
+  wr.sge[1] = {static_cast<const std::byte*>(data), static_cast<uint32_t>(dlen), 0};
+  if (reply) wr.flags |= transport::kWrMustQueue;
+  if (more) wr.flags |= transport::kWrMore;
+  // A reply sent while handling a batch with more to come waits for the
+  // batch's last reply (or the flush after it): one system call per batch.
+  if (reply && holder_.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
+      more_in_batch_) {
+    wr.flags |= transport::kWrMore;
+  }
+  return post_one(p, ep, wr, d);
+}
+
+// Posts one work request to `p`, polling while the transport pushes back,
+// until `d`. A broken connection retires the endpoint (PEER_DOWN).
+Status Engine::post_one(NodeId p, transport::Endpoint* ep, const WorkRequest& wr, Deadline d) {
+  for (;;) {
+    auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
+    if (!r) {
+      if (r.status().code() == Code::kPeerDown) peers_.retire(p);
+      return r.status();
+    }
+    if (*r == 1) return Status::ok();
+    if (d.expired()) return Code::kTimedOut;
+    if (!progress()) cpu_relax();
+  }
+}
+
+Status Engine::send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,
+                            size_t dlen, bool more) {
+  // Publish the request's fields to whichever thread completes it: the
+  // reply may come back through another process's shared memory, which
+  // carries no happens-before edge that tools (TSan) can see.
+  r->word.store(r->word.load(std::memory_order_relaxed), std::memory_order_release);
+  Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false, more);
+  if (!s.is_ok()) {
+    // Not sent: nobody else can complete it. Claim it unless a peer-down
+    // sweep already did (then wait for its finish), then free it.
+    uint64_t w = r->word.load();
+    if (!(word_state(w) == kStPending &&
+          r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed))) {
+      while (!r->done()) cpu_relax();
+    }
+    release(r);
+  }
+  return s;
+}
+
+void Engine::reply_status(NodeId to, uint64_t req_id, Status s) {
+  MsgHeader h = make_header(MsgOp::kReply, req_id, s.code());
+  (void)send(to, &h, sizeof(h), nullptr, 0, default_deadline(), true);
+}
+
+}  // namespace lt::proto

@@ -1,0 +1,217 @@
+// Progress: the pass that polls every transport and handles what arrived
+// (one thread at a time: the progress token), and the progress thread that
+// makes passes when no caller is waiting, then parks or sleeps.
+#include <sched.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <functional>
+
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+using transport::Completion;
+
+namespace {
+// The progress thread's epoll sets: `all` (the transports, the manager
+// socket, the wake fd) to sleep on when idle, and `park` (the manager and
+// the wake fd only) for while callers spin and poll the transports
+// themselves. Manager events go to `on_manager` (false: the manager is
+// gone, stop watching it); the wake fd is drained.
+class WaitSets {
+ public:
+  WaitSets(std::span<const std::unique_ptr<transport::Transport>> transports, int manager_fd,
+           int wake_fd, std::function<bool()> on_manager)
+      : all_(epoll_create1(EPOLL_CLOEXEC)),
+        park_(epoll_create1(EPOLL_CLOEXEC)),
+        manager_fd_(manager_fd),
+        wake_fd_(wake_fd),
+        on_manager_(std::move(on_manager)) {
+    for (auto& t : transports) add(all_, t->wait_fd(), kTransport);
+    for (int set : {all_, park_}) {
+      add(set, manager_fd, kManager);
+      add(set, wake_fd, kWake);
+    }
+  }
+  ~WaitSets() {
+    close(park_);
+    close(all_);
+  }
+  WaitSets(const WaitSets&) = delete;
+  WaitSets& operator=(const WaitSets&) = delete;
+
+  /// Waits on everything up to timeout_ms (0: just look).
+  void wait(int timeout_ms) {
+    epoll_event evs[4];
+    handle(evs, epoll_wait(all_, evs, 4, timeout_ms));
+  }
+  /// Waits on the manager and the wake fd only, up to ns.
+  void park(uint64_t ns) {
+    const timespec t = {static_cast<time_t>(ns / 1000000000ull),
+                        static_cast<long>(ns % 1000000000ull)};
+    epoll_event evs[4];
+    handle(evs, epoll_pwait2(park_, evs, 4, &t, nullptr));
+  }
+
+ private:
+  static constexpr uint32_t kTransport = 0, kManager = 1, kWake = 2;
+  static void add(int set, int fd, uint32_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = tag;
+    epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
+  }
+  void handle(const epoll_event* evs, int n) {
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.u32 == kManager) {
+        if (!on_manager_()) {
+          epoll_ctl(all_, EPOLL_CTL_DEL, manager_fd_, nullptr);
+          epoll_ctl(park_, EPOLL_CTL_DEL, manager_fd_, nullptr);
+        }
+      } else if (evs[i].data.u32 == kWake) {
+        uint64_t v;
+        ssize_t r = read(wake_fd_, &v, sizeof(v));
+        (void)r;
+      }
+    }
+  }
+
+  const int all_, park_, manager_fd_, wake_fd_;
+  std::function<bool()> on_manager_;
+};
+}  // namespace
+
+void Engine::progress_loop() {
+  progress_tid_.store(std::this_thread::get_id(), std::memory_order_release);
+  std::vector<Membership::Event> events;
+  WaitSets sets(transports_.all(), membership_.fd(), wake_fd_,
+                [&] { return on_manager_readable(&events); });
+  // After serving a peer, keep polling for a bounded time: the next request
+  // of a busy client is then served without a wake-up, which costs tens of
+  // microseconds on small VMs. Replies alone (this node as a client) do not
+  // start a spin: the caller waiting for them spins itself, and a third busy
+  // thread on a 2-core machine hurts everyone. Then sleep: an idle engine
+  // costs no CPU.
+  const uint64_t spin_ns = config_.engine.progress_spin_us * 1000ull;
+  // Parked while callers spin: first for one spin budget, then, while they
+  // keep spinning (a ping-pong: they poll for everyone), twice as long each
+  // time up to kMaxParkNs. Every wake-up of a parked thread takes a core
+  // from a spinner on a 2-core machine; a caller that stops spinning to
+  // sleep unparks us through wake_fd_, one that just finishes does not, so
+  // the bound is how long peers' requests may wait for an idle engine.
+  const uint64_t base_park_ns = std::max<uint64_t>(config_.engine.spin_us, 10) * 1000ull;
+  uint64_t park_ns = base_park_ns;
+  uint64_t spin_until = 0, yield_at = 0, next_manager_check = 0;
+  while (running_.load(std::memory_order_relaxed)) {
+    uint64_t served_before = served_.load(std::memory_order_relaxed);
+    bool did = progress();
+    uint64_t now = now_ns();
+    int hb = membership_.heartbeat(now);
+    if (served_.load(std::memory_order_relaxed) != served_before) {
+      spin_until = now + spin_ns;
+      yield_at = now + kSpinYieldNs;
+    }
+    if (did) {
+      // Under sustained load, still look at the manager socket, every
+      // kBusyManagerCheckNs: an epoll_wait per pass (~0.3 us here) sat
+      // between an RPC server's reply and its next poll.
+      if (now >= next_manager_check) {
+        sets.wait(0);
+        next_manager_check = now + kBusyManagerCheckNs;
+      }
+      continue;
+    }
+    if (spinners_.load(std::memory_order_seq_cst) > 0) {
+      // A caller is spinning in wait() and polls the transports, serving
+      // peers too: a second spinner would only take its core (2 cores here).
+      // Park for at most one spin budget; a caller that gives up spinning
+      // and sleeps wakes us through wake_fd_.
+      parked_.store(true, std::memory_order_seq_cst);
+      if (spinners_.load(std::memory_order_seq_cst) > 0) {
+        sets.park(std::min<uint64_t>(park_ns, uint64_t{static_cast<uint32_t>(hb)} * 1000000ull));
+      }
+      parked_.store(false, std::memory_order_relaxed);
+      park_ns = spinners_.load(std::memory_order_relaxed) > 0 ? std::min(park_ns * 2, kMaxParkNs)
+                                                              : base_park_ns;
+      continue;
+    }
+    park_ns = base_park_ns;
+    if (now >= spin_until) {
+      sets.wait(hb);
+    } else if (now >= yield_at) {
+      sched_yield();  // as a waiter does (wait_impl): a thread on this core may be the peer
+      yield_at = now + kSpinYieldNs;
+    } else {
+      cpu_relax();
+    }
+  }
+}
+
+bool Engine::progress(const std::atomic<uint64_t>* watch) {
+  if (transports_.empty()) return false;
+  bool did = false;
+  // One thread polls at a time (busy_). A caller that finds it taken leaves
+  // want_ set, and the holder re-checks want_ after it lets go, so a pass
+  // asked for during a pass still happens; uncontended, this costs one
+  // exchange and one store.
+  if (busy_.exchange(true, std::memory_order_acquire)) {
+    want_.store(true, std::memory_order_seq_cst);
+    if (busy_.exchange(true, std::memory_order_acquire)) return false;
+  }
+  for (;;) {
+    want_.store(false, std::memory_order_relaxed);
+    holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    if (held_rx_ != nullptr) {  // the last pass's watched message: its room goes back now
+      held_rx_->release_rx(std::span<const Completion>(&held_cq_, 1));
+      held_rx_ = nullptr;
+    }
+    for (auto& t : transports_.all()) t->flush();  // calls held by rpc_async (cheap when none)
+    // A bounded pass (16 batches per transport, and 2 ms): under a steady
+    // stream the caller (the progress thread: heartbeats, the manager
+    // socket) gets control back; it calls again at once since work was found.
+    uint64_t pass_end = 0;  // read the clock only after two batches with work
+    const bool on_progress_thread =
+        std::this_thread::get_id() == progress_tid_.load(std::memory_order_acquire);
+    for (auto& t : transports_.all()) {
+      for (int batches = 0; batches < kMaxBatchesPerPass; ++batches) {
+        if (batches > 1) {  // one message per batch (a ping-pong) reads no clock
+          uint64_t now = now_ns();
+          if (pass_end == 0) pass_end = now + kMaxPassNs;
+          if (now >= pass_end) break;
+        }
+        size_t n = t->poll(cq_);
+        if (n == 0) break;
+        did = true;
+        for (size_t i = 0; i < n; ++i) {
+          more_in_batch_ = i + 1 < n;
+          handle(cq_[i]);
+          // A batch of big copies (staged 1 MiB messages, say) can take long,
+          // much longer under sanitizers: keep the heartbeats going.
+          if (i % 8 == 7 && on_progress_thread) (void)membership_.heartbeat(now_ns());
+        }
+        more_in_batch_ = false;
+        const bool watched_done =
+            watch != nullptr && word_state(watch->load(std::memory_order_acquire)) == kStDone;
+        if (watched_done && n == 1 && cq_[0].len <= kHoldRxBytes) {
+          // A ping-pong's message: handing its ring room back (a locked
+          // store to a line the peer reads) can wait for the next pass, out
+          // of the waiter's way. Only a small one: the peer needs no room.
+          held_rx_ = t.get();
+          held_cq_ = cq_[0];
+        } else {
+          t->release_rx(std::span<const Completion>(cq_.data(), n));
+        }
+        t->flush();               // the batch's corked replies go now, not after the pass
+        if (watched_done) break;  // the waiter can go; another poll would only delay it
+      }
+      if (watch != nullptr && word_state(watch->load(std::memory_order_acquire)) == kStDone) break;
+    }
+    holder_.store(std::thread::id(), std::memory_order_relaxed);
+    busy_.store(false, std::memory_order_seq_cst);
+    if (!want_.load(std::memory_order_seq_cst)) return did;
+    if (busy_.exchange(true, std::memory_order_acquire)) return did;  // its holder runs it
+  }
+}
+
+}  // namespace lt::proto

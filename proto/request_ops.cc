@@ -1,0 +1,142 @@
+// Requests from the caller's side: made, waited for (spin, then sleep),
+// tested, cancelled, released; and the sweep that fails a lost peer's.
+#include <sched.h>
+#include <unistd.h>
+
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+Result<ReqId> Engine::done_request(Status s) {
+  ReqId id;
+  auto r = alloc_request(ReqKind::kPlain, 0, &id);
+  if (!r) return r.status();
+  (*r)->set_claimed();
+  finish(*r, s);
+  return id;
+}
+
+void Engine::release(Request* r) {
+  r->bounce.reset();
+  r->copy_dst.reset();
+  if (r->admitted) sched_.retire();
+  r->admitted = false;
+  client_.requests.put_back(r);
+}
+
+void Engine::fail_requests_to(NodeId peer, Code c) {
+  RequestTable& reqs = client_.requests;
+  for (uint32_t i = 0, n = reqs.size(); i < n; ++i) {
+    Request* r = reqs.at(i);
+    if (r->peer.load() != peer) continue;
+    uint64_t w = r->word.load();
+    if (word_state(w) != kStPending && word_state(w) != kStPlacing) continue;
+    if (r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
+      if (r->peer.load() == peer) {
+        // No reply will return this call's RPC credit.
+        if (r->kind == ReqKind::kRpc) credits_.return_rpc(peer);
+        finish(r, c);
+      } else {
+        r->word.store(w);
+      }
+    }
+  }
+}
+
+Status Engine::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
+
+void Engine::end_spin(bool will_sleep) {
+  if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
+      parked_.load(std::memory_order_seq_cst)) {
+    // Nobody polls while we sleep: unpark the progress thread.
+    uint64_t one = 1;
+    ssize_t w = write(wake_fd_, &one, sizeof(one));
+    (void)w;
+  }
+}
+
+Status Engine::wait_credits(uint32_t seen, Deadline d) {
+  uint64_t spin_until = now_ns() + config_.engine.spin_us * 1000ull;
+  spinners_.fetch_add(1, std::memory_order_seq_cst);
+  while (credits_.epoch() == seen && now_ns() < spin_until) {
+    if (!progress()) cpu_relax();
+  }
+  end_spin(credits_.epoch() == seen);
+  return credits_.sleep_while(seen, d);
+}
+
+Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
+  Request* r = lookup(id);
+  if (r == nullptr) return Code::kBadHandle;
+  // The spin budget starts at the first clock read, 8 polls in: a wait that
+  // ends before that (a ping-pong) reads no clock at all.
+  uint64_t spin_until = 0, yield_at = 0;
+  spinners_.fetch_add(1, std::memory_order_seq_cst);
+  for (uint32_t i = 1; !r->done(); ++i) {
+    if (!progress(&r->word)) cpu_relax();
+    if (i % 8 != 0) continue;  // the clock is not free either
+    uint64_t now = now_ns();
+    if (spin_until == 0) {
+      d.fix(now);  // a lazy deadline starts here, a few polls into the call
+      spin_until = now + config_.engine.spin_us * 1000ull;
+      yield_at = now + kSpinYieldNs;
+      continue;
+    }
+    if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
+    if (now >= yield_at) {
+      // A spin this long means the other side is slow, often because it
+      // shares this core (a CPU hog took the other one): let it run.
+      sched_yield();
+      yield_at = now + kSpinYieldNs;
+    }
+  }
+  end_spin(!r->done());
+  while (!r->done()) {
+    uint64_t left = d.remaining_ns();
+    if (left == 0) return Code::kTimedOut;
+    uint32_t seen = r->wake.load(std::memory_order_seq_cst);
+    r->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (word_state(r->word.load(std::memory_order_seq_cst)) != kStDone) {
+      // The progress thread completes the request and wakes us; the cap on
+      // the sleep only bounds the cost of a missed wake-up.
+      futex_wait(&r->wake, seen, std::min<uint64_t>(left, kMaxSleepNs));
+    }
+    r->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  Status s = r->status;
+  if (res != nullptr) {
+    res->alloc = r->alloc;
+    res->mapr = r->mapr;
+  }
+  release(r);
+  return s;
+}
+
+Status Engine::test(ReqId id) {
+  Request* r = lookup(id);
+  if (r == nullptr) return Code::kBadHandle;
+  if (!r->done()) {
+    progress();
+    if (!r->done()) return Code::kNoResource;
+  }
+  Status s = r->status;
+  release(r);
+  return s;
+}
+
+Status Engine::wait_or_cancel(ReqId id, Deadline d, Results* res) {
+  Status s = wait_impl(id, d, res);
+  if (s.code() != Code::kTimedOut) return s;
+  Request* r = lookup(id);
+  if (r == nullptr) return s;
+  if (r->move(req_gen(id), kStPending, kStCancelled)) {
+    // Nobody can complete it now; a late reply finds the state changed.
+    if (r->kind == ReqKind::kRecv || r->kind == ReqKind::kRpcRecv) unpost(r, id);
+    release(r);
+    return Code::kTimedOut;
+  }
+  // A completer claimed it just in time: take its result.
+  return wait_impl(id, Deadline::never(), res);
+}
+
+}  // namespace lt::proto

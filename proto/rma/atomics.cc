@@ -1,0 +1,100 @@
+// 64-bit atomics on 8-byte aligned LMR words (LT_fetch_add,
+// LT_compare_swap): native where the owner is reachable one-sided, done
+// here for this node's LMRs, otherwise executed by the owner on request.
+// Every path ends in apply_atomic or the transport's native atomic on the
+// same word, so they are atomic with respect to each other.
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+using transport::WorkRequest;
+
+namespace {
+uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, uint64_t compare) {
+  std::atomic_ref<uint64_t> w(*reinterpret_cast<uint64_t*>(p));
+  if (kind == AtomicKind::kFetchAdd) return w.fetch_add(operand, std::memory_order_acq_rel);
+  uint64_t expected = compare;
+  w.compare_exchange_strong(expected, operand, std::memory_order_acq_rel);
+  return expected;  // the prior value, whether or not the swap happened
+}
+}  // namespace
+
+// The part of an atomic that needs no request (aligned, rights checked).
+bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
+                           uint64_t compare, uint64_t* old, Status* s) {
+  if (m.owner == self()) {
+    *s = lmrs_.with_checked(m.ref(), kRightAtomic, off, sizeof(uint64_t), [&](LocalLmr& l) {
+      *old = apply_atomic(l.mem + off, kind, operand, compare);
+      return Status::ok();
+    });
+    return true;
+  }
+  transport::Endpoint* ep = native_endpoint(m);
+  if (ep == nullptr) return false;
+  WorkRequest wr;
+  wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
+  wr.num_sge = 1;
+  wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
+  wr.remote = {off, m.rkey};
+  wr.operand = operand;
+  wr.compare = compare;
+  *s = native_op(m, ep, wr);
+  return true;
+}
+
+bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand,
+                        uint64_t compare, uint64_t* old, Status* s) {
+  Mapping m;
+  *s = client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m);
+  if (!s->is_ok()) return true;
+  if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
+  return atomic_now_on(m, off, fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap,
+                       operand, compare, old, s);
+}
+
+Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
+                                   uint64_t compare, uint64_t* old) {
+  if (old == nullptr) return Code::kInvalidArg;
+  Mapping m;
+  LT_RETURN_IF_ERROR(client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m));
+  if (off % sizeof(uint64_t) != 0) return Code::kAlign;
+  if (Status s; atomic_now_on(m, off, kind, operand, compare, old, &s)) return done_request(s);
+  ReqId id;
+  auto r = alloc_request(ReqKind::kAtomic, m.owner, &id);
+  if (!r) return r.status();
+  (*r)->out = reinterpret_cast<std::byte*>(old);
+  (*r)->out_len = sizeof(uint64_t);
+  AtomicReq q{make_header(MsgOp::kAtomicReq, id), m.ref(), off, operand, compare,
+              static_cast<uint32_t>(kind),        0};
+  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+Result<ReqId> Engine::fetch_add_async(LmrHandle h, uint64_t off, uint64_t add, uint64_t* old) {
+  return atomic_async(h, off, AtomicKind::kFetchAdd, add, 0, old);
+}
+
+Result<ReqId> Engine::compare_swap_async(LmrHandle h, uint64_t off, uint64_t expected,
+                                         uint64_t desired, uint64_t* old) {
+  return atomic_async(h, off, AtomicKind::kCompareSwap, desired, expected, old);
+}
+
+void Engine::serve_atomic(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  auto q = load<AtomicReq>(b);
+  auto kind = static_cast<AtomicKind>(q.kind);
+  if (q.pad != 0 || (kind != AtomicKind::kFetchAdd && kind != AtomicKind::kCompareSwap) ||
+      (kind == AtomicKind::kFetchAdd && q.compare != 0)) {
+    return reply_status(from, h.req_id, Code::kMalformed);
+  }
+  uint64_t old = 0;
+  Status s = lmrs_.with_checked(q.lmr, kRightAtomic, q.offset, 8, [&](LocalLmr& l) -> Status {
+    if (q.offset % 8 != 0) return Code::kAlign;
+    old = apply_atomic(l.mem + q.offset, kind, q.operand, q.compare);
+    return Status::ok();
+  });
+  if (!s.is_ok()) return reply_status(from, h.req_id, s);
+  AtomicReply rep{make_header(MsgOp::kAtomicReply, h.req_id), old};
+  (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
+}
+
+}  // namespace lt::proto

@@ -1,0 +1,253 @@
+// One-sided operations on LMRs: LT_read, LT_write, LT_memset, LT_memcpy.
+// Done at once when the LMR is this node's (a copy under its store entry) or
+// reachable natively (rma/native.cc); otherwise emulated: the request
+// travels as a message and the owner applies it after checking the
+// capability, rights and bounds (the serve_* functions here).
+#include "common/racy.h"
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+using transport::WorkRequest;
+
+// The part of a read or write that needs no request: the LMR is this
+// node's (memcpy under its store entry) or a same-host peer's over a
+// one-sided transport (native). False: it must go as a request. `m` is
+// checked already.
+bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
+                      Status* s) {
+  if (m.owner == self()) {
+    *s = lmrs_.with_checked(m.ref(), write ? kRightWrite : kRightRead, off, len, [&](LocalLmr& l) {
+      if (write) {
+        lmr_copy(l.mem + off, buf, len);
+      } else {
+        lmr_copy(buf, l.mem + off, len);
+      }
+      return Status::ok();
+    });
+    return true;
+  }
+  transport::Endpoint* ep = len <= UINT32_MAX ? native_endpoint(m) : nullptr;
+  if (ep == nullptr) return false;
+  WorkRequest wr;
+  wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
+  wr.num_sge = 1;
+  wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
+  wr.remote = {off, m.rkey};
+  *s = native_op(m, ep, wr);
+  return true;
+}
+
+bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
+  Mapping m;
+  *s = client_.handles.check(h, kRightRead, off, len, &m);
+  if (!s->is_ok()) return true;
+  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
+  if (len == 0) return true;
+  return copy_now(m, false, off, static_cast<std::byte*>(buf), len, s);
+}
+
+bool Engine::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
+  Mapping m;
+  *s = client_.handles.check(h, kRightWrite, off, len, &m);
+  if (!s->is_ok()) return true;
+  if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
+  if (len == 0) return true;
+  // Written from, never to: the cast only shares copy_now with reads.
+  return copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, s);
+}
+
+Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
+  Mapping m;
+  LT_RETURN_IF_ERROR(client_.handles.check(h, kRightRead, off, len, &m));
+  if (buf == nullptr && len != 0) return Code::kInvalidArg;
+  if (len == 0) return done_request(Status::ok());
+  if (Status s; copy_now(m, false, off, static_cast<std::byte*>(buf), len, &s)) {
+    return done_request(s);
+  }
+  if (len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRead, m.owner, &id);
+  if (!r) return r.status();
+  (*r)->out = static_cast<std::byte*>(buf);
+  (*r)->out_len = len;
+  RangeReq q{make_header(MsgOp::kReadReq, id), m.ref(), off, len, 0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, uint64_t len) {
+  Mapping m;
+  LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
+  if (buf == nullptr && len != 0) return Code::kInvalidArg;
+  if (len == 0) return done_request(Status::ok());
+  if (Status s; copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, &s)) {
+    return done_request(s);
+  }
+  if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
+  if (!r) return r.status();
+  RangeReq q{make_header(MsgOp::kWriteReq, id), m.ref(), off, len, 0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), buf, len));
+  return id;
+}
+
+Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint64_t len) {
+  Mapping m;
+  LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
+  if (len == 0) return done_request(Status::ok());
+  if (m.owner == self()) {
+    return done_request(lmrs_.with_checked(m.ref(), kRightWrite, off, len, [&](LocalLmr& l) {
+      lmr_fill(l.mem + off, value, len);
+      return Status::ok();
+    }));
+  }
+  ReqId id;
+  auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
+  if (!r) return r.status();
+  RangeReq q{make_header(MsgOp::kMemsetReq, id), m.ref(), off, len, value, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+Status Engine::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,
+                          uint64_t len) {
+  return lmrs_.with_checked(dst.ref(), kRightWrite, doff, len, [&](LocalLmr& d) {
+    return lmrs_.with_checked(src.ref(), kRightRead, soff, len, [&](LocalLmr& s) {
+      lmr_copy(d.mem + doff, s.mem + soff, len);
+      return Status::ok();
+    });
+  });
+}
+
+Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
+                                   uint64_t len) {
+  Mapping d, s;
+  LT_RETURN_IF_ERROR(client_.handles.check(dst, kRightWrite, dst_off, len, &d));
+  LT_RETURN_IF_ERROR(client_.handles.check(src, kRightRead, src_off, len, &s));
+  if (len == 0) return done_request(Status::ok());
+  if (d.owner == s.owner && d.owner == self()) {
+    return done_request(local_copy(d, dst_off, s, src_off, len));
+  }
+  if (d.owner == s.owner) {  // both on one other node: it copies
+    ReqId id;
+    auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
+    if (!r) return r.status();
+    MemcpyReq q{make_header(MsgOp::kMemcpyReq, id), d.ref(), s.ref(), dst_off, src_off, len};
+    LT_RETURN_IF_ERROR(send_request(*r, d.owner, &q, sizeof(q), nullptr, 0));
+    return id;
+  }
+  if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
+  return memcpy_remote(d, dst_off, s, src_off, len);
+}
+
+// A memcpy between two nodes: from here, one write carries the source to
+// the destination's owner; from elsewhere, a read into a bounce buffer and
+// then a write on (copy_second_half).
+Result<ReqId> Engine::memcpy_remote(const Mapping& d, uint64_t dst_off, const Mapping& s,
+                                    uint64_t src_off, uint64_t len) {
+  ReqId id;
+  if (s.owner == self()) {
+    auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
+    if (!r) return r.status();
+    RangeReq q{make_header(MsgOp::kWriteReq, id), d.ref(), dst_off, len, 0, 0};
+    bool sent = false;
+    Status st = lmrs_.with_checked(s.ref(), kRightRead, src_off, len, [&](LocalLmr& l) {
+      sent = true;
+      return send_request(*r, d.owner, &q, sizeof(q), l.mem + src_off, len);
+    });
+    if (!st.is_ok() && !sent) {
+      // Refused before anything was sent: the request is still ours.
+      (*r)->set_claimed();
+      release(*r);
+    }
+    if (!st.is_ok()) return st;
+    return id;
+  }
+  auto r = alloc_request(ReqKind::kCopyRead, s.owner, &id);
+  if (!r) return r.status();
+  (*r)->bounce.reset(new (std::nothrow) std::byte[len]);
+  if (!(*r)->bounce) {
+    (*r)->set_claimed();
+    finish(*r, Code::kNoMemory);
+    return id;
+  }
+  (*r)->out = (*r)->bounce.get();
+  (*r)->out_len = len;
+  (*r)->copy_dst = std::make_shared<Mapping>(d);
+  (*r)->copy_dst_off = dst_off;
+  RangeReq q{make_header(MsgOp::kReadReq, id), s.ref(), src_off, len, 0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, s.owner, &q, sizeof(q), nullptr, 0));
+  return id;
+}
+
+bool Engine::copy_second_half(Request* r, const MsgHeader& h, Status* s) {
+  const Mapping& d = *r->copy_dst;
+  if (d.owner == self()) {
+    *s = lmrs_.with_checked(d.ref(), kRightWrite, r->copy_dst_off, r->out_len, [&](LocalLmr& l) {
+      lmr_copy(l.mem + r->copy_dst_off, r->bounce.get(), r->out_len);
+      return Status::ok();
+    });
+    return false;
+  }
+  r->kind = ReqKind::kPlain;
+  r->peer.store(d.owner);
+  RangeReq q{make_header(MsgOp::kWriteReq, h.req_id), d.ref(), r->copy_dst_off, r->out_len, 0, 0};
+  // Once pending, a timeout or peer-down sweep may release the request:
+  // keep the data in a local owner until the transport has taken it.
+  std::unique_ptr<std::byte[]> data = std::move(r->bounce);
+  uint64_t len = r->out_len;
+  const uint32_t gen = req_gen(h.req_id);
+  r->word.store(req_word(gen, kStPending), std::memory_order_release);
+  Status ss = send(d.owner, &q, sizeof(q), data.get(), len, default_deadline(), true);
+  if (ss.is_ok()) return true;
+  if (!r->move(gen, kStPending, kStClaimed)) return true;  // a sweep or timeout took it
+  *s = ss;
+  return false;
+}
+
+void Engine::serve_read(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  auto q = load<RangeReq>(b);
+  Status s = lmrs_.with_checked(q.lmr, kRightRead, q.offset, q.len, [&](LocalLmr& l) -> Status {
+    if (q.len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
+    // The transport copies what the socket does not take, so the LMR is
+    // only read while we hold it.
+    MsgHeader rh = make_header(MsgOp::kReply, h.req_id);
+    RacyAccess racy;  // the LMR bytes (other send paths keep the checks)
+    (void)send(from, &rh, sizeof(rh), l.mem + q.offset, q.len, default_deadline(), true);
+    return Status::ok();
+  });
+  if (!s.is_ok()) reply_status(from, h.req_id, s);
+}
+
+// kWriteReq (the bytes follow) and kMemsetReq (the value is in the request).
+void Engine::serve_write(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  auto q = load<RangeReq>(b);
+  const bool write = h.op == static_cast<uint8_t>(MsgOp::kWriteReq);
+  if ((write && b.size() - sizeof(RangeReq) != q.len) || (!write && q.value > 0xff)) {
+    return reply_status(from, h.req_id, Code::kMalformed);
+  }
+  Status s = lmrs_.with_checked(q.lmr, kRightWrite, q.offset, q.len, [&](LocalLmr& l) {
+    if (write) {
+      lmr_copy(l.mem + q.offset, b.data() + sizeof(RangeReq), q.len);
+    } else {
+      lmr_fill(l.mem + q.offset, static_cast<int>(q.value), q.len);
+    }
+    return Status::ok();
+  });
+  reply_status(from, h.req_id, s);
+}
+
+void Engine::serve_memcpy(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  auto q = load<MemcpyReq>(b);
+  Status s = lmrs_.with_checked(q.dst, kRightWrite, q.dst_offset, q.len, [&](LocalLmr& d) {
+    return lmrs_.with_checked(q.src, kRightRead, q.src_offset, q.len, [&](LocalLmr& s) {
+      lmr_copy(d.mem + q.dst_offset, s.mem + q.src_offset, q.len);
+      return Status::ok();
+    });
+  });
+  reply_status(from, h.req_id, s);
+}
+
+}  // namespace lt::proto

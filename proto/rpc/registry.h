@@ -1,0 +1,115 @@
+// The RPC functions this engine serves: a handler per function id (LITE's
+// regRPC) or a queue for a server loop (recvRPC/replyRPC). Entries are never
+// removed, so a handler pointer or a queue stays valid for the registry's
+// life.
+//
+// Thread contract: registration takes mu_ (exclusive); lookups by a server
+// loop take it shared; the progress thread's per-call lookup (fast()) takes
+// no lock and no reference: function id >> 8 picks a page of 256 slots,
+// filled at registration.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/msg/ports.h"
+
+namespace lt::proto {
+
+/// An RPC handler: reads `in`, writes at most out.size() bytes to `out`,
+/// sets *out_len, returns the status the caller gets.
+using RpcHandler = std::function<Status(NodeId src, std::span<const std::byte> in,
+                                        std::span<std::byte> out, size_t* out_len)>;
+
+/// Largest function id (ids travel in 16 bits).
+inline constexpr uint32_t kMaxRpcFunc = 0xffff;
+
+/// An RPC request waiting for a server-loop receive (LT_recvRPC).
+struct QueuedRpc {
+  NodeId src = 0;
+  uint64_t caller_req = 0;
+  std::vector<std::byte> data;
+};
+
+/// Per server-loop function: requests waiting for receives and receives
+/// waiting for requests; at most one of the two is non-empty. Its own lock
+/// guards both (held for queue operations only).
+struct RpcQueue {
+  std::mutex mu;
+  std::deque<QueuedRpc> waiting;
+  std::deque<PostedRecv> posted;
+};
+
+class RpcRegistry {
+ public:
+  RpcRegistry() = default;
+  RpcRegistry(const RpcRegistry&) = delete;
+  RpcRegistry& operator=(const RpcRegistry&) = delete;
+
+  /// kInvalidArg for an id above kMaxRpcFunc or an empty handler; kExists
+  /// when the id has a handler or a queue.
+  Status add_handler(uint32_t func, RpcHandler h);
+  /// A server-loop queue for `func`; errors as add_handler.
+  Status add_queue(uint32_t func);
+
+  /// The handler of `func` without a lock (null: none, or a queue).
+  const RpcHandler* fast(uint32_t func) const {
+    if (func > kMaxRpcFunc) return nullptr;
+    Slot* page = pages_[func >> 8].load(std::memory_order_acquire);
+    return page == nullptr ? nullptr : page[func & 0xff].load(std::memory_order_acquire);
+  }
+  /// The handler of `func`, shared (it may be run on another thread), or
+  /// null.
+  std::shared_ptr<RpcHandler> handler(uint32_t func) const;
+  /// The queue of `func`, or null.
+  RpcQueue* queue(uint32_t func) const;
+
+ private:
+  using Slot = std::atomic<const RpcHandler*>;
+  mutable std::shared_mutex mu_;
+  std::unordered_map<uint32_t, std::shared_ptr<RpcHandler>> handlers_;
+  std::unordered_map<uint32_t, std::unique_ptr<RpcQueue>> queues_;
+  std::atomic<Slot*> pages_[256] = {};
+  std::vector<std::unique_ptr<Slot[]>> page_store_;  // under mu_
+};
+
+/// Reply tokens of a server loop: a request taken by LT_recvRPC is answered
+/// by LT_replyRPC naming its token, once. Thread-safe.
+class ReplyTokens {
+ public:
+  struct Caller {
+    NodeId src = 0;
+    uint64_t caller_req = 0;
+  };
+  uint64_t add(Caller c) {
+    std::lock_guard<std::mutex> g(mu_);
+    uint64_t t = next_++;
+    pending_[t] = c;
+    return t;
+  }
+  /// The caller `token` names, forgotten; false for an unknown or used token.
+  bool take(uint64_t token, Caller* out) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = pending_.find(token);
+    if (it == pending_.end()) return false;
+    *out = it->second;
+    pending_.erase(it);
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Caller> pending_;
+  uint64_t next_ = 1;
+};
+
+}  // namespace lt::proto

@@ -1,0 +1,51 @@
+// The caller's side of LITE-style RPC: LT_RPC and its async form. Credits
+// bound the calls outstanding at one server (its ring for us); the reply
+// returns one (dispatch.cc) and fills the caller's buffer.
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len,
+                                void* out, size_t out_cap, size_t* out_len) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (func_id > kMaxRpcFunc || out_len == nullptr || (in == nullptr && in_len != 0) ||
+      (out == nullptr && out_cap != 0) || in_len > max_payload_ - sizeof(RpcReq)) {
+    return Code::kInvalidArg;
+  }
+  if (!peers_.valid(node)) return Code::kPeerDown;
+  if (node == self()) {
+    // A call to this node runs the handler here, in the caller's thread.
+    std::shared_ptr<RpcHandler> fn = client_.rpcs.handler(func_id);
+    if (!fn) return done_request(Code::kNoHandler);
+    size_t n = 0;
+    Status s = (*fn)(node, std::span<const std::byte>(static_cast<const std::byte*>(in), in_len),
+                     std::span<std::byte>(static_cast<std::byte*>(out), out_cap), &n);
+    if (s.is_ok()) *out_len = n;
+    return done_request(s);
+  }
+  int32_t used = credits_.take_rpc(node);
+  if (used < 0) return Code::kNoResource;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRpc, node, &id);
+  if (!r) {
+    credits_.untake_rpc(node);
+    return r.status();
+  }
+  (*r)->out = static_cast<std::byte*>(out);
+  (*r)->out_len = out_cap;
+  (*r)->rpc_len = out_len;
+  RpcReq q{make_header(MsgOp::kRpcReq, id), func_id, static_cast<uint32_t>(used)};
+  // With kRpcCorkDepth calls to this server already outstanding, their
+  // replies are on the way and this call queues behind them there anyway:
+  // a stream transport may hold it until the next progress pass (which
+  // handles those replies, or any wait) and send several calls at once.
+  bool more = used >= kRpcCorkDepth;
+  Status s = send_request(*r, node, &q, sizeof(q), in, in_len, more);
+  if (!s.is_ok()) {
+    credits_.untake_rpc(node);
+    return s;
+  }
+  return id;
+}
+
+}  // namespace lt::proto

@@ -1,0 +1,107 @@
+// LITE's server loop: requests for a function registered with a queue wait
+// there until a thread takes one (LT_recvRPC) and answers it by token
+// (LT_replyRPC). Requests and receives are matched FIFO under the queue's
+// own lock.
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+Status Engine::register_rpc_queue(uint32_t func_id) { return client_.rpcs.add_queue(func_id); }
+
+// A request arrived for a server-loop function: to the oldest receive that
+// can hold it (too small ones fail with the needed size), else it waits.
+void Engine::queue_rpc(RpcQueue* queue, NodeId from, uint64_t caller_req,
+                       std::span<const std::byte> in) {
+  Request* r = nullptr;
+  {
+    std::lock_guard<std::mutex> g(queue->mu);
+    while (r == nullptr && claim_posted(queue->posted, &r)) {
+      if (in.size() > r->out_len) {
+        // Too small: that receive fails with the needed size; the request
+        // goes to the next receive, or waits.
+        *r->rpc_len = in.size();
+        *r->msg_src = from;
+        finish(r, Code::kTruncated);
+        r = nullptr;
+      }
+    }
+    if (r == nullptr) {
+      queue->waiting.push_back({from, caller_req, std::vector<std::byte>(in.begin(), in.end())});
+      return;
+    }
+  }
+  deliver_rpc(r, from, caller_req, in);
+}
+
+// Completes a claimed server-loop receive with one request: kTruncated
+// (request left queued by the caller) or the bytes and a reply token.
+void Engine::deliver_rpc(Request* r, NodeId from, uint64_t caller_req,
+                         std::span<const std::byte> in) {
+  Status s = fill_recv(r, from, in);
+  if (s.is_ok()) *r->rpc_token = client_.reply_tokens.add({from, caller_req});
+  finish(r, s);
+}
+
+Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, NodeId* src,
+                                     size_t* len, uint64_t* token) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (src == nullptr || len == nullptr || token == nullptr || (buf == nullptr && cap != 0)) {
+    return Code::kInvalidArg;
+  }
+  RpcQueue* queue = client_.rpcs.queue(func_id);
+  if (queue == nullptr) return Code::kInvalidArg;
+  ReqId id;
+  auto r = alloc_request(ReqKind::kRpcRecv, 0, &id);
+  if (!r) return r.status();
+  Request* req = *r;
+  req->out = static_cast<std::byte*>(buf);
+  req->out_len = cap;
+  req->rpc_len = len;
+  req->msg_src = src;
+  req->rpc_token = token;
+  req->msg_port = func_id;  // its queue, for unpost
+  QueuedRpc w;
+  {
+    std::lock_guard<std::mutex> g(queue->mu);
+    if (queue->waiting.empty()) {
+      queue->posted.push_back({id, req});
+      return id;
+    }
+    req->move(req_gen(id), kStPending, kStClaimed);
+    if (queue->waiting.front().data.size() > cap) {
+      *len = queue->waiting.front().data.size();
+      *src = queue->waiting.front().src;
+      finish(req, Code::kTruncated);  // the request stays first in line
+      return id;
+    }
+    w = std::move(queue->waiting.front());
+    queue->waiting.pop_front();
+  }
+  deliver_rpc(req, w.src, w.caller_req, w.data);
+  return id;
+}
+
+Status Engine::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if ((out == nullptr && len != 0) || len > max_payload_ - sizeof(MsgHeader)) {
+    return Code::kInvalidArg;
+  }
+  ReplyTokens::Caller c;
+  if (!client_.reply_tokens.take(token, &c)) return Code::kBadHandle;
+  MsgHeader rh = make_header(MsgOp::kRpcReply, c.caller_req, s.code());
+  return send(c.src, &rh, sizeof(rh), s.is_ok() ? out : nullptr, s.is_ok() ? len : 0,
+              default_deadline(), true);
+}
+
+// Takes a cancelled receive (a message one, or a server loop's RPC one) out
+// of its posted FIFO, so that receives timing out on a quiet port or
+// function do not pile up.
+void Engine::unpost(Request* r, ReqId id) {
+  if (r->kind == ReqKind::kRecv) return client_.ports.unpost(r->msg_port, id);
+  RpcQueue* queue = client_.rpcs.queue(r->msg_port);
+  if (queue == nullptr) return;
+  std::lock_guard<std::mutex> g(queue->mu);
+  erase_posted(queue->posted, id);
+}
+
+}  // namespace lt::proto

@@ -1,0 +1,59 @@
+// Named locks and barriers, served by ltier-manager (FIFO-fair locks,
+// reusable barriers). A lock's owner is the calling thread, so the state a
+// node daemon would keep per client is nothing more than that id.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "proto/engine.h"
+
+namespace lt::proto {
+
+namespace {
+// Owner token of a lock: the calling thread. Locks are per thread, so two
+// threads of one node exclude each other.
+uint64_t lock_owner() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
+bool valid_sync_name(const std::string& n) { return !n.empty() && n.size() <= kMaxName; }
+}  // namespace
+
+Status Engine::lock(const std::string& name, Deadline d) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (!valid_sync_name(name)) return Code::kInvalidArg;
+  CtlArgs a;
+  a.has_u64 = true;
+  a.u64 = lock_owner();
+  uint64_t req = 0;
+  auto r = membership_.name_call(CtlType::kLockAcquire, name, d, a, &req);
+  if (r.status().code() == Code::kTimedOut) {
+    // Withdraw the waiting acquire; if the grant crossed it, this releases.
+    (void)membership_.post_only(CtlType::kLockRelease, membership_.new_req(), name, a);
+  }
+  return r.status();
+}
+
+Status Engine::unlock(const std::string& name, Deadline d) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (!valid_sync_name(name)) return Code::kInvalidArg;
+  CtlArgs a;
+  a.has_u64 = true;
+  a.u64 = lock_owner();
+  return membership_.name_call(CtlType::kLockRelease, name, d, a).status();
+}
+
+Status Engine::barrier(const std::string& name, uint32_t count, Deadline d) {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (!valid_sync_name(name) || count == 0) return Code::kInvalidArg;
+  CtlArgs a;
+  a.has_u32 = true;
+  a.u32 = count;
+  uint64_t req = 0;
+  auto r = membership_.name_call(CtlType::kBarrier, name, d, a, &req);
+  if (r.status().code() == Code::kTimedOut) {
+    CtlArgs w;
+    w.has_u32 = true;
+    w.u32 = 0;  // withdraw arrival `req`
+    (void)membership_.post_only(CtlType::kBarrier, req, name, w);
+  }
+  return r.status();
+}
+
+}  // namespace lt::proto

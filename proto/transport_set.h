@@ -1,0 +1,54 @@
+// The transports this engine runs, built from config (`transports`,
+// LTIER_TRANSPORTS) through transport/factory.h, and the choice of one per
+// peer: the best-ranked transport both ends offer that can reach the peer
+// (a same-host-only one only when both run on this host: same boot id and
+// network namespace). Nothing here names a transport.
+//
+// Built once at join, then read-only: every method is thread-safe.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "transport/transport.h"
+
+namespace lt::proto {
+
+class TransportSet {
+ public:
+  /// Builds every transport `config.transports` names (comma-separated);
+  /// kInvalidArg, with a message naming it, for an unknown or repeated one,
+  /// or the transport's own error.
+  Status build(const Config& config);
+
+  /// Best rank first.
+  std::span<const std::unique_ptr<transport::Transport>> all() const { return list_; }
+  bool empty() const { return list_.empty(); }
+  /// This engine's addresses, published in the membership record.
+  std::vector<transport::PeerAddress> addresses() const;
+  /// The transport that serves `info`, and why (a string that lives as long
+  /// as the set); null when they share none.
+  transport::Transport* pick(const transport::PeerInfo& info, const char** why) const;
+  /// Where LMR memory comes from: the best transport with native one-sided
+  /// access (so peers it serves reach LMRs directly), else the first.
+  transport::Transport* memory() const { return memory_; }
+  /// The smallest max_msg among them: what any message may carry.
+  uint32_t max_msg() const { return max_msg_; }
+  /// This node's host id (net::host_id()), compared with peers'.
+  const std::string& host_id() const { return host_id_; }
+
+ private:
+  std::vector<std::unique_ptr<transport::Transport>> list_;
+  std::vector<bool> same_host_only_;  // by index in list_
+  transport::Transport* memory_ = nullptr;
+  uint32_t max_msg_ = 0;
+  std::string host_id_;
+  // The reasons pick() gives when no same-host transport serves a peer on
+  // this host (they name the transport, so they are made at build).
+  std::string why_not_ours_, why_peer_lacks_, why_same_host_;
+};
+
+}  // namespace lt::proto

@@ -1,0 +1,45 @@
+// The primitives every waiter in the engine is built from: a futex on a
+// 32-bit counter (sleep until it moves, wake everyone) and the pause a
+// spinning thread takes between polls. A waiter spins first (engine.spin_us,
+// polling for everyone), then counts itself a sleeper and sleeps on the
+// counter; a completer bumps the counter and wakes only when a sleeper is
+// counted, so a completion nobody sleeps on costs no system call.
+#pragma once
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <ctime>
+
+namespace lt::proto {
+
+/// Sleeps while *a == expected, at most timeout_ns (a missed wake-up costs
+/// at most that).
+inline void futex_wait(std::atomic<uint32_t>* a, uint32_t expected, uint64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull),
+              static_cast<long>(timeout_ns % 1000000000ull)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+}
+
+inline void futex_wake_all(std::atomic<uint32_t>* a) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
+          0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// The longest single futex sleep of a waiter: bounds what a missed wake-up
+/// costs, not how long a wait lasts.
+inline constexpr uint64_t kMaxSleepNs = 50000000;
+
+}  // namespace lt::proto

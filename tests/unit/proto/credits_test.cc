@@ -1,0 +1,119 @@
+#include "proto/msg/credits.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace lt::proto {
+namespace {
+
+constexpr NodeId kMax = 16;
+
+TEST(Credits, MessageCreditsRunOutAndComeBack) {
+  Credits c(4, 2, kMax);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(c.take_msg(3)) << i;
+  EXPECT_FALSE(c.take_msg(3)) << "the fifth message has no credit";
+  EXPECT_TRUE(c.take_msg(4)) << "credits are per destination";
+  c.apply_msg(3, 2);
+  EXPECT_TRUE(c.take_msg(3));
+  EXPECT_TRUE(c.take_msg(3));
+  EXPECT_FALSE(c.take_msg(3));
+  c.untake_msg(3);
+  EXPECT_TRUE(c.take_msg(3)) << "a credit taken for a message that did not go is back";
+}
+
+TEST(Credits, ReturnedCreditsNeverGoBelowZero) {
+  Credits c(4, 2, kMax);
+  ASSERT_TRUE(c.take_msg(3));
+  c.apply_msg(3, 100);  // late credits after a reconnect: no extra ones minted
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(c.take_msg(3)) << i;
+  EXPECT_FALSE(c.take_msg(3));
+  ASSERT_EQ(c.take_rpc(5), 0);
+  c.return_rpc(5);
+  c.return_rpc(5);  // a reply for a call already failed by a peer loss
+  EXPECT_EQ(c.take_rpc(5), 0);
+  EXPECT_EQ(c.take_rpc(5), 1);
+  EXPECT_EQ(c.take_rpc(5), -1) << "two ring slots";
+}
+
+TEST(Credits, OutOfRangeNodesAreIgnored) {
+  Credits c(4, 2, kMax);
+  // From a volatile: GCC would otherwise warn about the guarded accesses.
+  volatile NodeId out = kMax;
+  c.apply_msg(0, 1);
+  c.apply_msg(out, 1);
+  c.return_rpc(out + 3);
+  EXPECT_FALSE(c.count_consumed(out, false));
+  EXPECT_EQ(c.take_owed(0), 0u);
+  c.reset(out);
+}
+
+TEST(Credits, ConsumedMessagesAreOwedInBatchesOfAQuarter) {
+  Credits c(8, 2, kMax);  // batch of 2
+  EXPECT_FALSE(c.count_consumed(3, false));
+  EXPECT_TRUE(c.count_consumed(3, false)) << "a quarter of the credits is owed";
+  EXPECT_EQ(c.take_owed(3), 2u);
+  EXPECT_EQ(c.take_owed(3), 0u) << "taken once";
+  EXPECT_TRUE(c.count_consumed(3, true)) << "to this node itself: at once";
+  EXPECT_EQ(c.take_owed(3), 1u);
+}
+
+TEST(Credits, OwedCreditsTakenForAFailedSendAreOwedAgain) {
+  Credits c(4, 2, kMax);
+  c.count_consumed(3, false);
+  uint32_t n = c.take_owed(3);
+  ASSERT_EQ(n, 1u);
+  c.give_back_owed(3, n);
+  EXPECT_EQ(c.take_owed(3), 1u);
+}
+
+TEST(Credits, ResetAfterALostConnectionStartsAfresh) {
+  Credits c(2, 1, kMax);
+  ASSERT_TRUE(c.take_msg(3));
+  ASSERT_TRUE(c.take_msg(3));
+  ASSERT_EQ(c.take_rpc(3), 0);
+  c.count_consumed(3, false);
+  c.reset(3);
+  EXPECT_TRUE(c.take_msg(3)) << "in-flight counts back to zero";
+  EXPECT_EQ(c.take_rpc(3), 0);
+  EXPECT_EQ(c.take_owed(3), 0u) << "owed credits forgotten";
+}
+
+TEST(Credits, GuardGivesBackUnlessSent) {
+  Credits c(1, 1, kMax);
+  c.count_consumed(3, true);  // one credit owed to node 3
+  {
+    ASSERT_TRUE(c.take_msg(3));
+    MsgCreditGuard g(c, 3);
+    EXPECT_EQ(g.take_owed(), 1u);
+  }  // failed send: both back
+  EXPECT_EQ(c.take_owed(3), 1u);
+  c.give_back_owed(3, 1);
+  {
+    ASSERT_TRUE(c.take_msg(3));
+    MsgCreditGuard g(c, 3);
+    EXPECT_EQ(g.take_owed(), 1u);
+    g.sent();
+  }
+  EXPECT_FALSE(c.take_msg(3)) << "the sent message keeps its credit";
+  EXPECT_EQ(c.take_owed(3), 0u) << "and the owed credits rode on it";
+}
+
+TEST(Credits, EpochMovesOnlyWhileWatchedAndWakesASleeper) {
+  Credits c(1, 1, kMax);
+  ASSERT_TRUE(c.take_msg(3));
+  uint32_t e0 = c.epoch();
+  c.apply_msg(3, 1);
+  EXPECT_EQ(c.epoch(), e0) << "no watcher: no locked instruction, no epoch move";
+  ASSERT_TRUE(c.take_msg(3));
+  Credits::Watch w(c);
+  uint32_t seen = c.epoch();
+  std::thread t([&] { c.apply_msg(3, 1); });
+  EXPECT_TRUE(c.sleep_while(seen, Deadline::after_ms(10000)).is_ok());
+  t.join();
+  EXPECT_NE(c.epoch(), seen);
+  EXPECT_EQ(c.sleep_while(c.epoch(), Deadline::after_ms(1)).code(), Code::kTimedOut);
+}
+
+}  // namespace
+}  // namespace lt::proto

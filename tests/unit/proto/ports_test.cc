@@ -1,0 +1,85 @@
+#include "proto/msg/ports.h"
+
+#include <gtest/gtest.h>
+
+#include "proto/request_table.h"
+
+namespace lt::proto {
+namespace {
+
+struct Posted {
+  RequestTable reqs{256};
+  PostedRecv post(Port& p) {
+    ReqId id = 0;
+    Request* r = *reqs.claim(ReqKind::kRecv, 0, &id);
+    p.posted.push_back({id, r});
+    return {id, r};
+  }
+};
+
+TEST(PortTable, PortsAreMadeOnFirstUseAndKeptApart) {
+  PortTable t;
+  std::lock_guard<SpinLock> g(t.mutex());
+  Port& a = t.get_locked(1);
+  a.unexpected.push_back({});
+  Port& b = t.get_locked(2);
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(&t.get_locked(1), &a);
+  EXPECT_EQ(t.get_locked(1).unexpected.size(), 1u);
+  EXPECT_EQ(t.size_locked(), 2u);
+}
+
+TEST(PortTable, PostedReceivesAreClaimedFifoSkippingCancelledOnes) {
+  PortTable t;
+  Posted p;
+  std::lock_guard<SpinLock> g(t.mutex());
+  Port& port = t.get_locked(9);
+  PostedRecv a = p.post(port), b = p.post(port), c = p.post(port);
+  ASSERT_TRUE(b.r->move(req_gen(b.id), kStPending, kStCancelled));
+  Request* got = nullptr;
+  ASSERT_TRUE(claim_posted(port.posted, &got));
+  EXPECT_EQ(got, a.r);
+  EXPECT_EQ(got->state(), kStClaimed);
+  ASSERT_TRUE(claim_posted(port.posted, &got));
+  EXPECT_EQ(got, c.r) << "the cancelled receive is skipped and dropped";
+  EXPECT_FALSE(claim_posted(port.posted, &got));
+  EXPECT_TRUE(port.posted.empty());
+}
+
+TEST(PortTable, UnpostRemovesOnlyThatReceive) {
+  PortTable t;
+  Posted p;
+  PostedRecv a, b, c;
+  {
+    std::lock_guard<SpinLock> g(t.mutex());
+    Port& port = t.get_locked(4);
+    a = p.post(port);
+    b = p.post(port);
+    c = p.post(port);
+  }
+  t.unpost(4, b.id);
+  t.unpost(4, b.id);  // already gone: nothing happens
+  t.unpost(5, a.id);  // another port: nothing happens
+  std::lock_guard<SpinLock> g(t.mutex());
+  auto& q = t.get_locked(4).posted;
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0].id, a.id);
+  EXPECT_EQ(q[1].id, c.id);
+}
+
+TEST(PortTable, EmptyPortsAreSweptWhenManyExist) {
+  PortTable t(8);
+  std::lock_guard<SpinLock> g(t.mutex());
+  t.get_locked(1000).unexpected.push_back({});  // holds a message: kept
+  for (uint32_t i = 0; i < 7; ++i) t.get_locked(i);
+  EXPECT_EQ(t.size_locked(), 8u);
+  t.get_locked(500);  // the ninth: the empty ones go first
+  EXPECT_EQ(t.size_locked(), 2u);
+  EXPECT_EQ(t.get_locked(1000).unexpected.size(), 1u);
+  // The mark doubles past what is left, but never below the first one.
+  for (uint32_t i = 0; i < 6; ++i) t.get_locked(i);
+  EXPECT_EQ(t.size_locked(), 8u);
+}
+
+}  // namespace
+}  // namespace lt::proto

@@ -1,0 +1,138 @@
+#include "proto/request_table.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace lt::proto {
+namespace {
+
+TEST(RequestTable, ClaimGivesPendingRequestsWithDistinctIds) {
+  RequestTable t(128);
+  std::set<ReqId> ids;
+  for (int i = 0; i < 128; ++i) {
+    ReqId id = 0;
+    auto r = t.claim(ReqKind::kPlain, 7, &id);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ((*r)->state(), kStPending);
+    EXPECT_EQ((*r)->peer.load(), 7u);
+    EXPECT_EQ(t.lookup(id), *r);
+    EXPECT_TRUE(ids.insert(id).second);
+  }
+}
+
+TEST(RequestTable, FullTableRefusesWithNoResource) {
+  RequestTable t(64);  // one chunk
+  ReqId id = 0;
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(t.claim(ReqKind::kPlain, 0, &id).is_ok());
+  auto r = t.claim(ReqKind::kPlain, 0, &id);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kNoResource);
+}
+
+TEST(RequestTable, CapacityRoundsUpToWholeChunks) {
+  RequestTable t(65);
+  ReqId id = 0;
+  for (uint32_t i = 0; i < 2 * RequestTable::kChunk; ++i) {
+    ASSERT_TRUE(t.claim(ReqKind::kPlain, 0, &id).is_ok()) << i;
+  }
+  EXPECT_FALSE(t.claim(ReqKind::kPlain, 0, &id).is_ok());
+}
+
+TEST(RequestTable, ReleasedSlotIsReusedWithAnotherGeneration) {
+  RequestTable t(64);
+  ReqId a = 0;
+  Request* r = *t.claim(ReqKind::kRead, 1, &a);
+  t.put_back(r);
+  EXPECT_EQ(t.lookup(a), nullptr) << "a stale id finds nothing";
+  ReqId b = 0;
+  Request* r2 = *t.claim(ReqKind::kRead, 1, &b);
+  EXPECT_EQ(r2, r) << "the free stack hands back the last freed slot";
+  EXPECT_EQ(req_index(a), req_index(b));
+  EXPECT_NE(req_gen(a), req_gen(b));
+  EXPECT_EQ(t.lookup(a), nullptr);
+  EXPECT_EQ(t.lookup(b), r2);
+}
+
+TEST(RequestTable, CancelledRequestIsNotFoundAndLateReplyCannotClaimIt) {
+  RequestTable t(64);
+  ReqId id = 0;
+  Request* r = *t.claim(ReqKind::kRpc, 3, &id);
+  ASSERT_TRUE(r->move(req_gen(id), kStPending, kStCancelled));
+  EXPECT_EQ(t.lookup(id), nullptr);
+  // A reply arriving now names the slot (slot() finds it) but cannot claim it.
+  EXPECT_EQ(t.slot(id), r);
+  EXPECT_FALSE(r->move(req_gen(id), kStPending, kStClaimed));
+  t.put_back(r);
+  // Nor can it claim the slot's next use: the generation differs.
+  ReqId next = 0;
+  Request* again = *t.claim(ReqKind::kRpc, 3, &next);
+  ASSERT_EQ(again, r);
+  EXPECT_FALSE(again->move(req_gen(id), kStPending, kStClaimed));
+  EXPECT_TRUE(again->move(req_gen(next), kStPending, kStClaimed));
+}
+
+TEST(RequestTable, IdsOfSlotsNeverMadeAreRefused) {
+  RequestTable t(1024);
+  ReqId id = 0;
+  (void)t.claim(ReqKind::kPlain, 0, &id);
+  EXPECT_EQ(t.size(), RequestTable::kChunk) << "slots are made a chunk at a time";
+  EXPECT_EQ(t.slot(make_req_id(1, 5000)), nullptr);
+  EXPECT_EQ(t.lookup(make_req_id(1, RequestTable::kChunk)), nullptr);
+}
+
+TEST(RequestTable, GenerationWrapSkipsZero) {
+  RequestTable t(64);
+  ReqId id = 0;
+  Request* r = *t.claim(ReqKind::kPlain, 0, &id);
+  // Force the slot to the last generation, then free it.
+  r->word.store(req_word(UINT32_MAX, kStDone));
+  t.put_back(r);
+  EXPECT_EQ(word_gen(r->word.load()), 1u) << "generation 0 is never handed out";
+  ReqId again = 0;
+  ASSERT_EQ(*t.claim(ReqKind::kPlain, 0, &again), r);
+  EXPECT_EQ(req_gen(again), 1u) << "after 2^32 - 1 uses an id repeats, never with generation 0";
+}
+
+TEST(RequestTable, CompleteWakesASleepingWaiter) {
+  RequestTable t(64);
+  ReqId id = 0;
+  Request* r = *t.claim(ReqKind::kPlain, 0, &id);
+  std::thread waiter([r] {
+    while (!r->done()) {
+      uint32_t seen = r->wake.load();
+      r->sleepers.fetch_add(1);
+      if (!r->done()) futex_wait(&r->wake, seen, kMaxSleepNs);
+      r->sleepers.fetch_sub(1);
+    }
+  });
+  r->set_claimed();
+  r->complete(Code::kPeerDown);
+  waiter.join();
+  EXPECT_EQ(r->status, Code::kPeerDown);
+}
+
+TEST(RequestTable, ConcurrentClaimAndReleaseNeverShareASlot) {
+  RequestTable t(256);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20000; ++i) {
+        ReqId id = 0;
+        auto r = t.claim(ReqKind::kPlain, 0, &id);
+        if (!r) continue;  // all in use by the others
+        // Only this thread may own the slot until it puts it back.
+        if (!(*r)->move(req_gen(id), kStPending, kStClaimed)) errors.fetch_add(1);
+        t.put_back(*r);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+}
+
+}  // namespace
+}  // namespace lt::proto

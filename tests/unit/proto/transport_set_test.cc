@@ -1,0 +1,97 @@
+#include "proto/transport_set.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace lt::proto {
+namespace {
+
+using transport::PeerInfo;
+
+Config local_config(const std::string& transports) {
+  Config c;
+  c.transports = transports;
+  c.tcp.listen = "127.0.0.1:0";
+  return c;
+}
+
+TEST(TransportSet, BuildsTheConfiguredTransportsBestRankFirst) {
+  TransportSet s;
+  ASSERT_TRUE(s.build(local_config("tcp,shm")).is_ok());
+  ASSERT_EQ(s.all().size(), 2u);
+  EXPECT_STREQ(s.all()[0]->name(), "shm");
+  EXPECT_STREQ(s.all()[1]->name(), "tcp");
+  auto a = s.addresses();
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].transport, "shm");
+  EXPECT_EQ(a[1].transport, "tcp");
+  EXPECT_FALSE(a[1].address.empty());
+  EXPECT_STREQ(s.memory()->name(), "shm") << "LMR memory from the one-sided transport";
+}
+
+TEST(TransportSet, UnknownTransportIsRefused) {
+  TransportSet s;
+  EXPECT_EQ(s.build(local_config("tcp,rdma")).code(), Code::kInvalidArg);
+  TransportSet e;
+  EXPECT_EQ(e.build(local_config("")).code(), Code::kInvalidArg);
+}
+
+TEST(TransportSet, PicksSameHostTransportOnlyOnThisHost) {
+  TransportSet s;
+  ASSERT_TRUE(s.build(local_config("shm,tcp")).is_ok());
+  const char* why = nullptr;
+  PeerInfo here{2, s.host_id(), {{"tcp", "127.0.0.1:1"}, {"shm", "shm:1:x"}}};
+  transport::Transport* t = s.pick(here, &why);
+  ASSERT_NE(t, nullptr);
+  EXPECT_STREQ(t->name(), "shm");
+  EXPECT_STREQ(why, "same host (boot id and network namespace match)");
+
+  PeerInfo there{3, "another-boot", here.addresses};
+  t = s.pick(there, &why);
+  ASSERT_NE(t, nullptr);
+  EXPECT_STREQ(t->name(), "tcp");
+  EXPECT_STREQ(why, "other host or network namespace");
+
+  PeerInfo no_shm{4, s.host_id(), {{"tcp", "127.0.0.1:1"}}};
+  t = s.pick(no_shm, &why);
+  ASSERT_NE(t, nullptr);
+  EXPECT_STREQ(t->name(), "tcp");
+  EXPECT_STREQ(why, "same host, but the peer offers no shm");
+
+  PeerInfo nothing{5, "another-boot", {{"shm", "shm:1:x"}}};
+  EXPECT_EQ(s.pick(nothing, &why), nullptr);
+  EXPECT_STREQ(why, "no common transport");
+}
+
+TEST(TransportSet, WithoutShmASameHostPeerGetsTcpAndSaysWhy) {
+  TransportSet s;
+  ASSERT_TRUE(s.build(local_config("tcp")).is_ok());
+  const char* why = nullptr;
+  PeerInfo here{2, s.host_id(), {{"tcp", "127.0.0.1:1"}, {"shm", "shm:1:x"}}};
+  transport::Transport* t = s.pick(here, &why);
+  ASSERT_NE(t, nullptr);
+  EXPECT_STREQ(t->name(), "tcp");
+  EXPECT_STREQ(why, "same host, but shm is not in this node's transports");
+  EXPECT_STREQ(s.memory()->name(), "tcp");
+}
+
+TEST(TransportAddresses, FormatAndParseRoundTripAndSkipJunk) {
+  std::vector<transport::PeerAddress> in = {{"tcp", "10.0.0.1:7"}, {"shm", "shm:1:x"}};
+  std::string text = transport::format_addresses(in);
+  EXPECT_EQ(text, "tcp=10.0.0.1:7 shm=shm:1:x");
+  auto out = transport::parse_addresses(text);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].transport, "shm");
+  EXPECT_EQ(out[1].address, "shm:1:x");
+  auto junk = transport::parse_addresses("  bare =noname verbs=gid:1=2 ");
+  ASSERT_EQ(junk.size(), 1u) << "tokens without a name are skipped";
+  EXPECT_EQ(junk[0].transport, "verbs");
+  EXPECT_EQ(junk[0].address, "gid:1=2") << "split at the first '='";
+  PeerInfo p{1, "", junk};
+  EXPECT_EQ(p.address("verbs"), "gid:1=2");
+  EXPECT_EQ(p.address("tcp"), "");
+}
+
+}  // namespace
+}  // namespace lt::proto
