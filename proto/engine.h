@@ -321,6 +321,10 @@ class Engine {
   Result<ReqId> end_send(Request* r, ReqId id, Status s);
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  // A receive's request (kRecv, or kRpcRecv with the function id as port),
+  // its buffer and outputs set.
+  Result<Request*> receive_request(ReqKind kind, uint32_t port, void* buf, size_t cap, NodeId* src,
+                                   size_t* len, ReqId* id);
   void match_recv(Request* req, ReqId id);
   void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
   void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off);

@@ -9,18 +9,21 @@
 namespace lt::proto {
 
 namespace {
-// Owner token of a lock: the calling thread. Locks are per thread, so two
+// The owner token of a lock: the calling thread. Locks are per thread, so two
 // threads of one node exclude each other.
-uint64_t lock_owner() { return static_cast<uint64_t>(syscall(SYS_gettid)); }
+CtlArgs lock_owner() {
+  CtlArgs a;
+  a.has_u64 = true;
+  a.u64 = static_cast<uint64_t>(syscall(SYS_gettid));
+  return a;
+}
 bool valid_sync_name(const std::string& n) { return !n.empty() && n.size() <= kMaxName; }
 }  // namespace
 
 Status Engine::lock(const std::string& name, Deadline d) {
   if (!joined_.load()) return Code::kNotJoined;
   if (!valid_sync_name(name)) return Code::kInvalidArg;
-  CtlArgs a;
-  a.has_u64 = true;
-  a.u64 = lock_owner();
+  CtlArgs a = lock_owner();
   uint64_t req = 0;
   auto r = membership_.name_call(CtlType::kLockAcquire, name, d, a, &req);
   if (r.status().code() == Code::kTimedOut) {
@@ -33,10 +36,7 @@ Status Engine::lock(const std::string& name, Deadline d) {
 Status Engine::unlock(const std::string& name, Deadline d) {
   if (!joined_.load()) return Code::kNotJoined;
   if (!valid_sync_name(name)) return Code::kInvalidArg;
-  CtlArgs a;
-  a.has_u64 = true;
-  a.u64 = lock_owner();
-  return membership_.name_call(CtlType::kLockRelease, name, d, a).status();
+  return membership_.name_call(CtlType::kLockRelease, name, d, lock_owner()).status();
 }
 
 Status Engine::barrier(const std::string& name, uint32_t count, Deadline d) {

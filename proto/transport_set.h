@@ -20,8 +20,8 @@ namespace lt::proto {
 class TransportSet {
  public:
   /// Builds every transport `config.transports` names (comma-separated);
-  /// kInvalidArg, with a message naming it, for an unknown or repeated one,
-  /// or the transport's own error.
+  /// kInvalidArg, with a message naming it, for an unknown one (a name
+  /// given twice counts once), or the transport's own error.
   Status build(const Config& config);
 
   /// Best rank first.

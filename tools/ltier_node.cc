@@ -570,6 +570,15 @@ std::string cmd_send(lt_engine_t* e, Args& a) {
   return ok_or_err(LT_send(e, node, port, m.data(), m.size()));
 }
 
+// LT_recv of at most m->size() bytes on `port` into *m; "" when a message
+// came (*src and *n set), else the answer to give.
+std::string recv_into(lt_engine_t* e, uint32_t port, int64_t timeout_us,
+                      std::vector<unsigned char>* m, lt_node_t* src, size_t* n) {
+  int rc = LT_recv(e, port, m->data(), m->size(), src, n, timeout_us);
+  if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(*n);
+  return rc ? err(rc) : std::string();
+}
+
 std::string cmd_recv(lt_engine_t* e, Args& a) {
   uint32_t port = a.u32();
   uint64_t cap = a.u64();
@@ -577,9 +586,7 @@ std::string cmd_recv(lt_engine_t* e, Args& a) {
   std::vector<unsigned char> m(cap);
   lt_node_t src = 0;
   size_t n = 0;
-  int rc = LT_recv(e, port, m.data(), cap, &src, &n, timeout_us);
-  if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
-  if (rc) return err(rc);
+  if (std::string no = recv_into(e, port, timeout_us, &m, &src, &n); !no.empty()) return no;
   m.resize(n);
   return "ok " + std::to_string(src) + " " + (n ? to_hex(m) : std::string("-"));
 }
@@ -694,9 +701,7 @@ std::string cmd_recv_pat(lt_engine_t* e, Args& a) {
   std::vector<unsigned char> m(size);
   lt_node_t src = 0;
   size_t n = 0;
-  int rc = LT_recv(e, port, m.data(), size, &src, &n, timeout_us);
-  if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
-  if (rc) return err(rc);
+  if (std::string no = recv_into(e, port, timeout_us, &m, &src, &n); !no.empty()) return no;
   uint64_t seq;
   if (!seq_message_ok(m, n, &seq)) return content_error(seq, src);
   return "ok " + std::to_string(src) + " " + std::to_string(seq);

@@ -1,8 +1,8 @@
-// The transport contract (docs/ARCHITECTURE.md, "Transports"). A transport moves bytes between
-// this engine and peer engines and says what it can do in Caps; proto/ uses
-// native one-sided operations where Caps allow them and emulates them with
-// messages where they do not. Transport implementations are private to
-// transport/<impl>/; proto/ and above see only this header.
+// The transport contract (docs/ARCHITECTURE.md §6, docs/STYLE.md §2). A transport moves bytes
+// between this engine and peer engines and says what it can do in Caps; proto/ uses native
+// one-sided operations where Caps allow them and emulates them with messages where they do not.
+// Transport implementations are private to transport/<impl>/; proto/ and above see only this
+// header.
 #pragma once
 
 #include <cstddef>

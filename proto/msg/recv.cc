@@ -22,16 +22,23 @@ Result<ReqId> Engine::recv_async(uint32_t port, void* buf, size_t cap, NodeId* s
   if (!joined_.load()) return Code::kNotJoined;
   if (src == nullptr || len == nullptr || (buf == nullptr && cap != 0)) return Code::kInvalidArg;
   ReqId id;
-  auto r = alloc_request(ReqKind::kRecv, 0, &id);
+  auto r = receive_request(ReqKind::kRecv, port, buf, cap, src, len, &id);
   if (!r) return r.status();
+  match_recv(*r, id);
+  return id;
+}
+
+Result<Request*> Engine::receive_request(ReqKind kind, uint32_t port, void* buf, size_t cap,
+                                         NodeId* src, size_t* len, ReqId* id) {
+  auto r = alloc_request(kind, 0, id);
+  if (!r) return r;
   Request* req = *r;
   req->out = static_cast<std::byte*>(buf);
   req->out_len = cap;
   req->rpc_len = len;
   req->msg_src = src;
   req->msg_port = port;
-  match_recv(req, id);
-  return id;
+  return req;
 }
 
 // Matches a pending receive with the oldest message waiting on its port, or

@@ -51,15 +51,11 @@ Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, No
   RpcQueue* queue = client_.rpcs.queue(func_id);
   if (queue == nullptr) return Code::kInvalidArg;
   ReqId id;
-  auto r = alloc_request(ReqKind::kRpcRecv, 0, &id);
+  // The function id stands for the port: its queue, for unpost.
+  auto r = receive_request(ReqKind::kRpcRecv, func_id, buf, cap, src, len, &id);
   if (!r) return r.status();
   Request* req = *r;
-  req->out = static_cast<std::byte*>(buf);
-  req->out_len = cap;
-  req->rpc_len = len;
-  req->msg_src = src;
   req->rpc_token = token;
-  req->msg_port = func_id;  // its queue, for unpost
   QueuedRpc w;
   {
     std::lock_guard<std::mutex> g(queue->mu);
