@@ -898,6 +898,51 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
       return std::unique_ptr<Endpoint>(new ShmEndpoint(it->second));
     }
   }
+  pid_t pid = 0;
+  auto sock = dial(peer, d, &pid);
+  if (!sock) return sock.status();
+  auto seg = new_segment(peer.node);
+  if (!seg) return seg.status();
+  net::Fd my_bell(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  net::Fd peer_bell(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!my_bell.valid() || !peer_bell.valid()) {
+    ::munmap(seg->mem, seg->len);
+    return Code::kSys;
+  }
+  const uint32_t r = config_.ring_bytes;
+  auto conn = std::make_shared<ShmConn>(this, std::move(sock.value()), peer.node, true, pid);
+  conn->attach(seg->mem, seg->len, r, seg->salt, std::move(my_bell), std::move(peer_bell));
+
+  Hello hello{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello),
+              self,      r,           token_.load(std::memory_order_acquire)};
+  int fds[3] = {seg->memfd.get(), conn->my_bell_.get(), conn->peer_bell_.get()};
+  if (!send_packet(conn->sock_.get(), &hello, sizeof(hello), fds, 3)) {
+    LT_DEBUG("shm: hello to node %u: %s", peer.node, strerror(errno));
+    return Code::kPeerDown;
+  }
+  seg->memfd.reset();  // the mappings keep the segment
+
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = peers_.find(peer.node);
+  if (it != peers_.end() && !it->second->dead_.load()) {
+    // Another thread or the peer itself connected first; use that one.
+    return std::unique_ptr<Endpoint>(new ShmEndpoint(it->second));
+  }
+  uint64_t tag = reinterpret_cast<uintptr_t>(conn.get());
+  LT_RETURN_IF_ERROR(add_to_epoll(conn->my_bell_.get(), tag | kBellBit));
+  if (!add_to_epoll(conn->sock_.get(), tag).is_ok()) {
+    ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, conn->my_bell_.get(), nullptr);
+    return Code::kSys;
+  }
+  peers_[peer.node] = conn;
+  conns_[conn.get()] = conn;
+  conns_gen_.fetch_add(1, std::memory_order_release);
+  return std::unique_ptr<Endpoint>(new ShmEndpoint(conn));
+}
+
+// A connected socket to `peer`'s listener, refused unless the process behind
+// it runs as our user (its pid in *pid).
+Result<net::Fd> ShmTransport::dial(const PeerInfo& peer, Deadline d, pid_t* pid) {
   std::string sock_name;
   const std::string address(peer.address(name()));
   if (address.empty()) return Code::kPeerDown;  // not in the address book (yet)
@@ -925,68 +970,42 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
     LT_WARN("shm: node %u at %s belongs to another user; refusing it", peer.node, address.c_str());
     return Code::kPeerDown;
   }
+  *pid = cred.pid;
+  return sock;
+}
 
-  // The connection segment: sealed, so the peer can never shrink it under us.
+// A connection segment for `peer`: two rings of shm.ring_bytes after the
+// header and their control blocks, sealed, so the peer can never shrink it
+// under us, and mapped here.
+Result<ShmTransport::NewSegment> ShmTransport::new_segment(NodeId peer) {
   const uint32_t r = config_.ring_bytes;
-  const size_t seg_len = kCtrlBytes + 2 * size_t{r};
-  net::Fd memfd(::memfd_create("ltier-shm-conn", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!memfd.valid() || ::ftruncate(memfd.get(), static_cast<off_t>(seg_len)) != 0 ||
-      ::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    LT_ERROR("shm: connection segment for node %u: %s", peer.node, strerror(errno));
+  NewSegment out;
+  out.len = kCtrlBytes + 2 * size_t{r};
+  out.memfd = net::Fd(::memfd_create("ltier-shm-conn", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!out.memfd.valid() || ::ftruncate(out.memfd.get(), static_cast<off_t>(out.len)) != 0 ||
+      ::fcntl(out.memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    LT_ERROR("shm: connection segment for node %u: %s", peer, strerror(errno));
     return Code::kSys;
   }
-  void* p = ::mmap(nullptr, seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd.get(), 0);
+  void* p = ::mmap(nullptr, out.len, PROT_READ | PROT_WRITE, MAP_SHARED, out.memfd.get(), 0);
   if (p == MAP_FAILED) {
-    LT_ERROR("shm: mapping a connection segment (%zu bytes): %s", seg_len, strerror(errno));
+    LT_ERROR("shm: mapping a connection segment (%zu bytes): %s", out.len, strerror(errno));
     return Code::kNoMemory;
   }
-  auto* seg = static_cast<std::byte*>(p);
+  out.mem = static_cast<std::byte*>(p);
   SegHeader h{};
   h.magic = kSegMagic;
   h.version = kSegVersion;
   h.ring_bytes = r;
-  h.salt = new_salt();
-  std::memcpy(seg, &h, sizeof(h));
-  auto* ctrl = reinterpret_cast<RingCtrl*>(seg + sizeof(SegHeader));
+  h.salt = out.salt = new_salt();
+  std::memcpy(out.mem, &h, sizeof(h));
+  auto* ctrl = reinterpret_cast<RingCtrl*>(out.mem + sizeof(SegHeader));
   for (int i = 0; i < 2; ++i) {
     // Both sides start asking for bells: a new connection is not yet part of
     // its poller's arming, so its first message must not go unnoticed.
     aref(ctrl[i].want_data).store(1, std::memory_order_relaxed);
   }
-  net::Fd my_bell(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  net::Fd peer_bell(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!my_bell.valid() || !peer_bell.valid()) {
-    ::munmap(seg, seg_len);
-    return Code::kSys;
-  }
-  auto conn = std::make_shared<ShmConn>(this, std::move(sock), peer.node, true, cred.pid);
-  conn->attach(seg, seg_len, r, h.salt, std::move(my_bell), std::move(peer_bell));
-
-  Hello hello{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello),
-              self,      r,           token_.load(std::memory_order_acquire)};
-  int fds[3] = {memfd.get(), conn->my_bell_.get(), conn->peer_bell_.get()};
-  if (!send_packet(conn->sock_.get(), &hello, sizeof(hello), fds, 3)) {
-    LT_DEBUG("shm: hello to node %u: %s", peer.node, strerror(errno));
-    return Code::kPeerDown;
-  }
-  memfd.reset();  // the mappings keep the segment
-
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = peers_.find(peer.node);
-  if (it != peers_.end() && !it->second->dead_.load()) {
-    // Another thread or the peer itself connected first; use that one.
-    return std::unique_ptr<Endpoint>(new ShmEndpoint(it->second));
-  }
-  uint64_t tag = reinterpret_cast<uintptr_t>(conn.get());
-  LT_RETURN_IF_ERROR(add_to_epoll(conn->my_bell_.get(), tag | kBellBit));
-  if (!add_to_epoll(conn->sock_.get(), tag).is_ok()) {
-    ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, conn->my_bell_.get(), nullptr);
-    return Code::kSys;
-  }
-  peers_[peer.node] = conn;
-  conns_[conn.get()] = conn;
-  conns_gen_.fetch_add(1, std::memory_order_release);
-  return std::unique_ptr<Endpoint>(new ShmEndpoint(conn));
+  return out;
 }
 
 Result<MemRegion> ShmTransport::register_memory(std::span<std::byte> mem, Access a) {

@@ -94,6 +94,14 @@ class ShmTransport final : public Transport {
   // Poller-only helpers.
   bool handle_events(std::span<Completion> out, size_t* n);
   void accept_all();
+  Result<net::Fd> dial(const PeerInfo& peer, Deadline d, pid_t* pid);
+  struct NewSegment {
+    net::Fd memfd;
+    std::byte* mem = nullptr;
+    size_t len = 0;
+    uint64_t salt = 0;
+  };
+  Result<NewSegment> new_segment(NodeId peer);
   void on_socket(ShmConn* c, uint32_t events, std::span<Completion> out, size_t* n);
   bool handle_hello(ShmConn* c, const void* body, size_t len, std::vector<net::Fd>* fds);
   bool read_ring(ShmConn* c, std::span<Completion> out, size_t* n);

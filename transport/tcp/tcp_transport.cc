@@ -29,6 +29,20 @@ constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
 // side only by the poller. Whoever holds `sending_` is the only writer of the
 // socket; everyone else appends copies to `outq_`, so a lock is never held
 // across a system call and frames never interleave.
+// The frames of one post, gathered for one writev: each request's header
+// (and a kWrite's descriptor) before its sges.
+struct Gather {
+  wire::FrameHeader hdrs[kMaxPostBatch];
+  wire::WriteDesc descs[kMaxPostBatch];
+  iovec iov[kMaxPostBatch * (2 + kMaxSge)];
+  int niov = 0;
+  size_t count = 0, total = 0;
+  bool more = true;  // every request gathered has kWrMore
+  Result<size_t> add(std::span<const WorkRequest> wrs, uint32_t max_msg);
+  /// The gathered bytes after the first `skip`, copied (for the queue).
+  std::string copy_from(size_t skip) const;
+};
+
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(TcpTransport* t, net::Fd fd, NodeId peer, bool hello_done)
@@ -75,6 +89,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
  private:
   Result<size_t> post_frames(std::span<const WorkRequest> wrs);
+  enum class Claim : uint8_t { kQueued, kRefused, kSend };
+  Claim queue_or_claim(const Gather& g, bool cork, bool must_queue);
   void drain();  // caller holds the sending role
   ssize_t send_iov(const iovec* iov, int n) {
     msghdr m{};
@@ -102,31 +118,27 @@ constexpr size_t kMaxRecv = 256 * 1024;       // bytes one recv() asks for
 constexpr size_t kMaxReadPerPoll = 4u << 20;  // bytes read per connection per poll
 }  // namespace
 
-Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
-  if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
-  if (wrs.empty()) return size_t{0};
-  wire::FrameHeader hdrs[kMaxPostBatch];
-  wire::WriteDesc descs[kMaxPostBatch];
-  iovec iov[kMaxPostBatch * (2 + kMaxSge)];
-  int niov = 0;
-  size_t count = 0, total = 0;
-  bool more = true;
+// Gathers the frames of wrs (a prefix of at most kMaxPostBatch that the
+// socket takes as they are): an error only when the first is refused.
+Result<size_t> Gather::add(std::span<const WorkRequest> wrs, uint32_t max_msg) {
   for (const WorkRequest& wr : wrs) {
     if (count == kMaxPostBatch) break;
-    if (wr.op != Op::kSend && wr.op != Op::kWriteImm && wr.op != Op::kWrite) {
-      if (count == 0) return Code::kUnsupported;
-      break;
-    }
-    if (wr.num_sge > kMaxSge) {
-      if (count == 0) return Code::kInvalidArg;
-      break;
-    }
+    Code refused = Code::kOk;
     size_t len = 0;
-    for (int i = 0; i < wr.num_sge; ++i) len += wr.sge[i].len;
-    // A kWrite is no message: the owner buffers none of it, so only the
-    // frame's length field and the owner's registration bound it.
-    if (wr.op == Op::kWrite ? len > UINT32_MAX - kDesc : len > t_->caps_.max_msg) {
-      if (count == 0) return Code::kInvalidArg;
+    if (wr.op != Op::kSend && wr.op != Op::kWriteImm && wr.op != Op::kWrite) {
+      refused = Code::kUnsupported;
+    } else if (wr.num_sge > kMaxSge) {
+      refused = Code::kInvalidArg;
+    } else {
+      for (int i = 0; i < wr.num_sge; ++i) len += wr.sge[i].len;
+      // A kWrite is no message: the owner buffers none of it, so only the
+      // frame's length field and the owner's registration bound it.
+      if (wr.op == Op::kWrite ? len > UINT32_MAX - kDesc : len > max_msg) {
+        refused = Code::kInvalidArg;
+      }
+    }
+    if (refused != Code::kOk) {
+      if (count == 0) return refused;
       break;
     }
     if (wr.op == Op::kWrite) {
@@ -150,80 +162,98 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
     more = more && (wr.flags & kWrMore);
     ++count;
   }
-  // Appends the bytes of iov[0, niov) after the first `skip` to a string.
-  auto copy_from = [&](size_t skip) {
-    std::string out;
-    out.reserve(total - std::min(skip, total));
-    for (int i = 0; i < niov; ++i) {
-      size_t l = iov[i].iov_len;
-      if (skip >= l) {
-        skip -= l;
-        continue;
-      }
-      out.append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
-      skip = 0;
+  return count;
+}
+
+std::string Gather::copy_from(size_t skip) const {
+  std::string out;
+  out.reserve(total - std::min(skip, total));
+  for (int i = 0; i < niov; ++i) {
+    size_t l = iov[i].iov_len;
+    if (skip >= l) {
+      skip -= l;
+      continue;
     }
-    return out;
-  };
-  const bool cork = more && total <= kCorkFrameMax;
+    out.append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
+    skip = 0;
+  }
+  return out;
+}
+
+Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
+  if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
+  if (wrs.empty()) return size_t{0};
+  Gather g;
+  auto got = g.add(wrs, t_->caps_.max_msg);
+  if (!got) return got;
+  const bool cork = g.more && g.total <= kCorkFrameMax;
   for (;;) {
-    bool corked_now = false, list_cork = false;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
-        // Someone sends (or EPOLLOUT will), or we join a cork: queue a copy.
-        if (!cork && queued_ > t_->config_.max_queued_bytes && !(wrs[0].flags & kWrMustQueue)) {
-          return size_t{0};  // back-pressure
-        }
-        outq_.push_back(copy_from(0));
-        queued_ += total;
-        return count;
-      }
-      if (cork) {
-        // The socket is idle: hold the frames until a post without kWrMore
-        // or flush(), which send the whole batch with one system call.
-        outq_.push_back(copy_from(0));
-        queued_ += total;
-        corked_ = true;
-        corked_now = true;
-        list_cork = !cork_listed_;
-        cork_listed_ = true;
-      } else {
-        sending_ = true;
-      }
-    }
-    if (corked_now) {
-      // Held; still listed from an earlier cork (a post without kWrMore sent
-      // that one, and flush() has not run since) or listed now. Either way
-      // we do not hold the sending role: never fall through to drain().
-      if (list_cork) t_->add_corked(shared_from_this());
-      return count;
+    switch (queue_or_claim(g, cork, wrs[0].flags & kWrMustQueue)) {
+      case Claim::kQueued:
+        return g.count;
+      case Claim::kRefused:
+        return size_t{0};  // back-pressure
+      case Claim::kSend:
+        break;
     }
     if (!corked_.load(std::memory_order_relaxed)) break;
     // Corked frames are waiting (we hold the sending role): they go first.
     corked_.store(false, std::memory_order_relaxed);
     drain();  // gives the sending role back; then try again for our frames
   }
-  ssize_t n = send_iov(iov, niov);
+  ssize_t n = send_iov(g.iov, g.niov);
   if (n < 0) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       LT_DEBUG("tcp: send to node %u failed: %s", peer_.load(), strerror(errno));
       mark_dead();
-      std::lock_guard<std::mutex> g(mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       sending_ = false;
       return Code::kPeerDown;
     }
     n = 0;
   }
-  if (static_cast<size_t>(n) < total) {
-    std::string rest = copy_from(static_cast<size_t>(n));
-    std::lock_guard<std::mutex> g(mu_);
+  if (static_cast<size_t>(n) < g.total) {
+    std::string rest = g.copy_from(static_cast<size_t>(n));
+    std::lock_guard<std::mutex> lock(mu_);
     queued_ += rest.size();
     outq_.push_front(std::move(rest));
     out_off_ = 0;
   }
   drain();
-  return count;
+  return g.count;
+}
+
+// Either the frames are queued (someone sends, EPOLLOUT will, or they join
+// or start a cork), refused for back-pressure, or this caller takes the
+// sending role (kSend) and writes them itself.
+Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
+  bool list_cork = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
+      // Someone sends (or EPOLLOUT will), or we join a cork: queue a copy.
+      if (!cork && queued_ > t_->config_.max_queued_bytes && !must_queue) return Claim::kRefused;
+      outq_.push_back(g.copy_from(0));
+      queued_ += g.total;
+      return Claim::kQueued;
+    }
+    if (!cork) {
+      sending_ = true;
+      return Claim::kSend;
+    }
+    // The socket is idle: hold the frames until a post without kWrMore or
+    // flush(), which send the whole batch with one system call.
+    outq_.push_back(g.copy_from(0));
+    queued_ += g.total;
+    corked_ = true;
+    list_cork = !cork_listed_;
+    cork_listed_ = true;
+  }
+  // Held; still listed from an earlier cork (a post without kWrMore sent
+  // that one, and flush() has not run since) or listed now. Either way we
+  // do not hold the sending role: never fall through to drain().
+  if (list_cork) t_->add_corked(shared_from_this());
+  return Claim::kQueued;
 }
 
 void Conn::flush_cork() {
@@ -614,116 +644,108 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
   bool drained = false;
   for (;;) {
     if (c->place_left_ > 0) {
-      // The rest of a kWrite: straight from the socket into its target,
-      // within the same bounds as reads into rx_.
-      if (read_now >= kMaxReadPerPoll) return false;
-      Registration* reg = c->place_reg_.get();
-      if (!reg->enter()) {
-        wire::WriteDesc d{reinterpret_cast<uintptr_t>(c->place_at_), 0};
-        refuse_write(c, out, n, d, c->place_left_, "region deregistered during the write");
-        return true;
+      if (ReadStep st = place_rest(c, out, n, &read_now); st != ReadStep::kMore) {
+        return st == ReadStep::kDone;
       }
-      ssize_t r = ::recv(c->fd_.get(), c->place_at_, std::min(c->place_left_, kMaxRecv), 0);
-      int err = errno;
-      reg->leave();
-      if (r > 0) {
-        c->place_at_ += r;
-        c->place_left_ -= static_cast<size_t>(r);
-        read_now += static_cast<size_t>(r);
-        if (c->place_left_ == 0) c->place_reg_.reset();
-        continue;
-      }
-      if (r == 0) {
-        close_conn(c, out, n, "closed by peer");
-        return true;
-      }
-      if (err == EINTR) continue;
-      if (err == EAGAIN || err == EWOULDBLOCK) {
-        c->in_ready_ = false;
-        return true;
-      }
-      close_conn(c, out, n, strerror(err));
-      return true;
+      continue;
     }
     size_t need = kHdr;
-    for (;;) {
-      size_t avail = c->rx_end_ - c->rx_begin_;
-      auto bytes = std::span<const std::byte>(c->rx_.get() + c->rx_begin_, avail);
-      wire::FrameHeader h;
-      // Any length for a kWrite (it is not buffered: its registration bounds
-      // it); max_msg for the others.
-      Status s = wire::decode_frame_header(bytes, UINT32_MAX, &h);
-      if (s.code() == Code::kNoResource) break;
-      if (s.is_ok() && h.kind != static_cast<uint8_t>(wire::FrameKind::kWrite) &&
-          h.length > config_.max_msg_bytes) {
-        s = Code::kMalformed;
+    if (ReadStep st = parse_frames(c, out, n, &need); st != ReadStep::kMore) {
+      return st == ReadStep::kDone;
+    }
+    if (c->rx_begin_ == c->rx_end_ && !c->pinned_) c->rx_begin_ = c->rx_end_ = 0;
+    if (c->place_left_ > 0) continue;
+    if (drained) {
+      c->in_ready_ = false;
+      return true;
+    }
+    if (ReadStep st = recv_more(c, out, n, need, &read_now, &drained); st != ReadStep::kMore) {
+      return st == ReadStep::kDone;
+    }
+  }
+}
+
+// The rest of a kWrite: straight from the socket into its target, within the
+// same bounds as reads into rx_.
+TcpTransport::ReadStep TcpTransport::place_rest(Conn* c, std::span<Completion> out, size_t* n,
+                                                size_t* read_now) {
+  if (*read_now >= kMaxReadPerPoll) return ReadStep::kFull;
+  Registration* reg = c->place_reg_.get();
+  if (!reg->enter()) {
+    wire::WriteDesc d{reinterpret_cast<uintptr_t>(c->place_at_), 0};
+    refuse_write(c, out, n, d, c->place_left_, "region deregistered during the write");
+    return ReadStep::kDone;
+  }
+  ssize_t r = ::recv(c->fd_.get(), c->place_at_, std::min(c->place_left_, kMaxRecv), 0);
+  int err = errno;
+  reg->leave();
+  if (r > 0) {
+    c->place_at_ += r;
+    c->place_left_ -= static_cast<size_t>(r);
+    *read_now += static_cast<size_t>(r);
+    if (c->place_left_ == 0) c->place_reg_.reset();
+    return ReadStep::kMore;
+  }
+  return recv_failed(c, out, n, r, err);
+}
+
+// A recv() that returned `r` <= 0 (errno `err`): closed, retry, or drained.
+TcpTransport::ReadStep TcpTransport::recv_failed(Conn* c, std::span<Completion> out, size_t* n,
+                                                 ssize_t r, int err) {
+  if (r == 0) {
+    close_conn(c, out, n, "closed by peer");
+    return ReadStep::kDone;
+  }
+  if (err == EINTR) return ReadStep::kMore;
+  if (err == EAGAIN || err == EWOULDBLOCK) {
+    c->in_ready_ = false;
+    return ReadStep::kDone;
+  }
+  close_conn(c, out, n, strerror(err));
+  return ReadStep::kDone;
+}
+
+// Frames what rx_ holds: hellos, messages (lent to `out` in place) and the
+// start of kWrites. kMore when it needs more bytes (*need: how many the
+// current frame wants in rx_).
+TcpTransport::ReadStep TcpTransport::parse_frames(Conn* c, std::span<Completion> out, size_t* n,
+                                                  size_t* need) {
+  for (;;) {
+    size_t avail = c->rx_end_ - c->rx_begin_;
+    auto bytes = std::span<const std::byte>(c->rx_.get() + c->rx_begin_, avail);
+    wire::FrameHeader h;
+    // Any length for a kWrite (it is not buffered: its registration bounds
+    // it); max_msg for the others.
+    Status s = wire::decode_frame_header(bytes, UINT32_MAX, &h);
+    if (s.code() == Code::kNoResource) return ReadStep::kMore;
+    if (s.is_ok() && h.kind != static_cast<uint8_t>(wire::FrameKind::kWrite) &&
+        h.length > config_.max_msg_bytes) {
+      s = Code::kMalformed;
+    }
+    if (!s.is_ok()) return drop_malformed(c, out, n, "malformed frame header");
+    // Before the hello, accept nothing but a hello-sized hello: an
+    // unauthenticated peer must not make us buffer a large frame.
+    if (!c->hello_done_ && (h.kind != static_cast<uint8_t>(wire::FrameKind::kHello) ||
+                            h.length != sizeof(HelloBody))) {
+      return drop_malformed(c, out, n, "bad or missing hello");
+    }
+    auto kind = static_cast<wire::FrameKind>(h.kind);
+    if (kind == wire::FrameKind::kWrite) {  // after the hello (checked above)
+      ReadStep st = start_write(c, out, n, bytes, h.length, need);
+      if (st != ReadStep::kMore || c->place_left_ > 0 || *need > kHdr) return st;
+      continue;
+    }
+    *need = kHdr + h.length;
+    if (avail < *need) return ReadStep::kMore;
+    auto body = bytes.subspan(kHdr, h.length);
+    if (!c->hello_done_ || kind == wire::FrameKind::kHello) {
+      if (c->hello_done_ || kind != wire::FrameKind::kHello || !handle_hello(c, body)) {
+        return drop_malformed(c, out, n, "bad or missing hello");
       }
-      if (!s.is_ok()) {
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-        close_conn(c, out, n, "malformed frame header");
-        return true;
-      }
-      // Before the hello, accept nothing but a hello-sized hello: an
-      // unauthenticated peer must not make us buffer a large frame.
-      if (!c->hello_done_ && (h.kind != static_cast<uint8_t>(wire::FrameKind::kHello) ||
-                              h.length != sizeof(HelloBody))) {
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-        close_conn(c, out, n, "bad or missing hello");
-        return true;
-      }
-      auto kind = static_cast<wire::FrameKind>(h.kind);
-      if (kind == wire::FrameKind::kWrite) {  // after the hello (checked above)
-        // Only the descriptor is buffered; the bytes go to the target.
-        if (h.length < kDesc) {
-          refuse_write(c, out, n, wire::WriteDesc{}, h.length, "shorter than its descriptor");
-          return true;
-        }
-        need = kHdr + kDesc;
-        if (avail < need) break;
-        wire::WriteDesc d;
-        std::memcpy(&d, bytes.data() + kHdr, kDesc);
-        const size_t len = h.length - kDesc;
-        const char* why = nullptr;
-        std::shared_ptr<Registration> reg = writable(d, len, &why);
-        if (!reg || !reg->enter()) {
-          refuse_write(c, out, n, d, len, reg ? "region deregistered" : why);
-          return true;
-        }
-        // What the last recv() already put into rx_ is copied; the rest is
-        // received in place.
-        auto* target = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(d.addr));
-        const size_t have = std::min(avail - need, len);
-        if (have > 0) std::memcpy(target, bytes.data() + need, have);
-        reg->leave();
-        c->rx_begin_ += need + have;
-        need = kHdr;
-        if (have < len) {
-          c->place_reg_ = std::move(reg);
-          c->place_at_ = target + have;
-          c->place_left_ = len - have;
-          break;  // rx_ is empty now
-        }
-        continue;
-      }
-      need = kHdr + h.length;
-      if (avail < need) break;
-      auto body = bytes.subspan(kHdr, h.length);
-      if (!c->hello_done_ || kind == wire::FrameKind::kHello) {
-        if (c->hello_done_ || kind != wire::FrameKind::kHello || !handle_hello(c, body)) {
-          malformed_.fetch_add(1, std::memory_order_relaxed);
-          close_conn(c, out, n, "bad or missing hello");
-          return true;
-        }
-        c->rx_begin_ += need;
-        need = kHdr;
-        continue;
-      }
-      if (kind != wire::FrameKind::kData && kind != wire::FrameKind::kDataImm) {
-        malformed_.fetch_add(1, std::memory_order_relaxed);
-        close_conn(c, out, n, "unexpected frame kind");
-        return true;
-      }
-      if (*n == out.size()) return false;
+    } else if (kind != wire::FrameKind::kData && kind != wire::FrameKind::kDataImm) {
+      return drop_malformed(c, out, n, "unexpected frame kind");
+    } else {
+      if (*n == out.size()) return ReadStep::kFull;
       Completion& cq = out[(*n)++];
       cq = Completion{};
       cq.kind = CqKind::kRecv;
@@ -735,48 +757,81 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
         c->pinned_ = true;
         pinned_.push_back(c);
       }
-      c->rx_begin_ += need;
-      need = kHdr;
     }
-    if (c->rx_begin_ == c->rx_end_ && !c->pinned_) c->rx_begin_ = c->rx_end_ = 0;
-    if (c->place_left_ > 0) continue;
-    if (drained) {
-      c->in_ready_ = false;
-      return true;
-    }
-    // Make room for the rest of the current frame.
-    if (c->rx_cap_ - c->rx_begin_ < need || c->rx_end_ == c->rx_cap_) {
-      if (c->pinned_) return false;  // buffers lent out; come back after release_rx
-      size_t live = c->rx_end_ - c->rx_begin_;
-      std::memmove(c->rx_.get(), c->rx_.get() + c->rx_begin_, live);
-      c->rx_begin_ = 0;
-      c->rx_end_ = live;
-      c->rx_reserve(need);
-    }
-    // At most kMaxRecv per call and kMaxReadPerPoll per connection and poll:
-    // a steady stream must not keep the poller here (heartbeats, other
-    // peers), and sanitizers account each call at its full length.
-    if (read_now >= kMaxReadPerPoll) return false;
-    size_t want = std::min(c->rx_cap_ - c->rx_end_, kMaxRecv);
-    ssize_t r = ::recv(c->fd_.get(), c->rx_.get() + c->rx_end_, want, 0);
-    if (r > 0) {
-      c->rx_end_ += static_cast<size_t>(r);
-      read_now += static_cast<size_t>(r);
-      drained = static_cast<size_t>(r) < want;
-      continue;
-    }
-    if (r == 0) {
-      close_conn(c, out, n, "closed by peer");
-      return true;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      c->in_ready_ = false;
-      return true;
-    }
-    close_conn(c, out, n, strerror(errno));
-    return true;
+    c->rx_begin_ += *need;
+    *need = kHdr;
   }
+}
+
+TcpTransport::ReadStep TcpTransport::drop_malformed(Conn* c, std::span<Completion> out, size_t* n,
+                                                    const char* why) {
+  malformed_.fetch_add(1, std::memory_order_relaxed);
+  close_conn(c, out, n, why);
+  return ReadStep::kDone;
+}
+
+// A kWrite frame at the front of rx_ (`length` bytes after its header): only
+// the descriptor is buffered; the bytes go to the target, what rx_ holds of
+// them copied now and the rest received in place (place_rest). kMore with
+// *need > kHdr: the descriptor is not all in yet.
+TcpTransport::ReadStep TcpTransport::start_write(Conn* c, std::span<Completion> out, size_t* n,
+                                                 std::span<const std::byte> bytes, uint32_t length,
+                                                 size_t* need) {
+  if (length < kDesc) {
+    refuse_write(c, out, n, wire::WriteDesc{}, length, "shorter than its descriptor");
+    return ReadStep::kDone;
+  }
+  *need = kHdr + kDesc;
+  if (bytes.size() < *need) return ReadStep::kMore;
+  wire::WriteDesc d;
+  std::memcpy(&d, bytes.data() + kHdr, kDesc);
+  const size_t len = length - kDesc;
+  const char* why = nullptr;
+  std::shared_ptr<Registration> reg = writable(d, len, &why);
+  if (!reg || !reg->enter()) {
+    refuse_write(c, out, n, d, len, reg ? "region deregistered" : why);
+    return ReadStep::kDone;
+  }
+  auto* target = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(d.addr));
+  const size_t have = std::min(bytes.size() - *need, len);
+  if (have > 0) std::memcpy(target, bytes.data() + *need, have);
+  reg->leave();
+  c->rx_begin_ += *need + have;
+  *need = kHdr;
+  if (have < len) {  // rx_ is empty now
+    c->place_reg_ = std::move(reg);
+    c->place_at_ = target + have;
+    c->place_left_ = len - have;
+  }
+  return ReadStep::kMore;
+}
+
+// Makes room in rx_ for the rest of the current frame (`need` bytes from
+// rx_begin_) and receives what the socket has. kFull when rx_ is lent out
+// (come back after release_rx) or this poll's budget is spent.
+TcpTransport::ReadStep TcpTransport::recv_more(Conn* c, std::span<Completion> out, size_t* n,
+                                               size_t need, size_t* read_now, bool* drained) {
+  if (c->rx_cap_ - c->rx_begin_ < need || c->rx_end_ == c->rx_cap_) {
+    if (c->pinned_) return ReadStep::kFull;
+    size_t live = c->rx_end_ - c->rx_begin_;
+    std::memmove(c->rx_.get(), c->rx_.get() + c->rx_begin_, live);
+    c->rx_begin_ = 0;
+    c->rx_end_ = live;
+    c->rx_reserve(need);
+  }
+  // At most kMaxRecv per call and kMaxReadPerPoll per connection and poll:
+  // a steady stream must not keep the poller here (heartbeats, other
+  // peers), and sanitizers account each call at its full length.
+  if (*read_now >= kMaxReadPerPoll) return ReadStep::kFull;
+  size_t want = std::min(c->rx_cap_ - c->rx_end_, kMaxRecv);
+  ssize_t r = ::recv(c->fd_.get(), c->rx_.get() + c->rx_end_, want, 0);
+  if (r > 0) {
+    c->rx_end_ += static_cast<size_t>(r);
+    *read_now += static_cast<size_t>(r);
+    *drained = static_cast<size_t>(r) < want;
+    return ReadStep::kMore;
+  }
+  return recv_failed(c, out, n, r, errno);
 }
 
 size_t TcpTransport::poll(std::span<Completion> out) {

@@ -89,6 +89,18 @@ class TcpTransport final : public Transport {
   void accept_all();
   // Reads and frames what `c` has; false when `out` filled or the buffer is pinned.
   bool read_conn(Conn* c, std::span<Completion> out, size_t* n);
+  // The steps of read_conn. kMore: go on; kDone: this connection has nothing
+  // more now (drained or closed: read_conn returns true); kFull: `out` is
+  // full, rx_ is lent out or the poll's budget is spent (returns false).
+  enum class ReadStep : uint8_t { kMore, kDone, kFull };
+  ReadStep place_rest(Conn* c, std::span<Completion> out, size_t* n, size_t* read_now);
+  ReadStep parse_frames(Conn* c, std::span<Completion> out, size_t* n, size_t* need);
+  ReadStep start_write(Conn* c, std::span<Completion> out, size_t* n,
+                       std::span<const std::byte> bytes, uint32_t length, size_t* need);
+  ReadStep recv_more(Conn* c, std::span<Completion> out, size_t* n, size_t need, size_t* read_now,
+                     bool* drained);
+  ReadStep recv_failed(Conn* c, std::span<Completion> out, size_t* n, ssize_t r, int err);
+  ReadStep drop_malformed(Conn* c, std::span<Completion> out, size_t* n, const char* why);
   void close_conn(Conn* c, std::span<Completion> out, size_t* n, const char* why);
   bool handle_hello(Conn* c, std::span<const std::byte> body);
   // The registration a write of `len` bytes at d.addr may go into, or null
