@@ -797,10 +797,7 @@ class ShmEndpoint final : public Endpoint {
 ShmTransport::ShmTransport(const ShmConfig& config) : config_(config) {}
 
 ShmTransport::~ShmTransport() {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& [p, c] : conns_) c->mark_dead();
-  }
+  conns_.for_each_locked([](ShmConn& c) { c.mark_dead(); });
   std::lock_guard<std::mutex> g(seg_mu_);
   for (auto& [k, s] : segs_) {
     ::munmap(s.addr, s.len);
@@ -891,13 +888,7 @@ void ShmTransport::set_identity(NodeId self, uint64_t cluster_token) {
 Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, Deadline d) {
   NodeId self = self_.load(std::memory_order_acquire);
   if (self == kNoNode) return Code::kNotJoined;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = peers_.find(peer.node);
-    if (it != peers_.end() && !it->second->dead_.load()) {
-      return std::unique_ptr<Endpoint>(new ShmEndpoint(it->second));
-    }
-  }
+  if (auto c = conns_.serving(peer.node)) return std::unique_ptr<Endpoint>(new ShmEndpoint(c));
   pid_t pid = 0;
   auto sock = dial(peer, d, &pid);
   if (!sock) return sock.status();
@@ -922,22 +913,19 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
   }
   seg->memfd.reset();  // the mappings keep the segment
 
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = peers_.find(peer.node);
-  if (it != peers_.end() && !it->second->dead_.load()) {
-    // Another thread or the peer itself connected first; use that one.
-    return std::unique_ptr<Endpoint>(new ShmEndpoint(it->second));
-  }
-  uint64_t tag = reinterpret_cast<uintptr_t>(conn.get());
-  LT_RETURN_IF_ERROR(add_to_epoll(conn->my_bell_.get(), tag | kBellBit));
-  if (!add_to_epoll(conn->sock_.get(), tag).is_ok()) {
-    ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, conn->my_bell_.get(), nullptr);
-    return Code::kSys;
-  }
-  peers_[peer.node] = conn;
-  conns_[conn.get()] = conn;
-  conns_gen_.fetch_add(1, std::memory_order_release);
-  return std::unique_ptr<Endpoint>(new ShmEndpoint(conn));
+  // Another thread or the peer itself may have connected first: that one
+  // serves, and this one is dropped.
+  auto served = conns_.add_dialed(peer.node, conn, [&]() -> Status {
+    uint64_t tag = reinterpret_cast<uintptr_t>(conn.get());
+    LT_RETURN_IF_ERROR(add_to_epoll(conn->my_bell_.get(), tag | kBellBit));
+    if (!add_to_epoll(conn->sock_.get(), tag).is_ok()) {
+      ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, conn->my_bell_.get(), nullptr);
+      return Code::kSys;
+    }
+    return Status::ok();
+  });
+  if (!served) return served.status();
+  return std::unique_ptr<Endpoint>(new ShmEndpoint(*served));
 }
 
 // A connected socket to `peer`'s listener, refused unless the process behind
@@ -1081,12 +1069,9 @@ void ShmTransport::accept_all() {
       continue;
     }
     auto conn = std::make_shared<ShmConn>(this, std::move(sock), kNoNode, false, cred.pid);
-    std::lock_guard<std::mutex> g(mu_);
-    if (!add_to_epoll(conn->sock_.get(), reinterpret_cast<uintptr_t>(conn.get())).is_ok()) {
-      continue;
-    }
-    conns_[conn.get()] = conn;
-    conns_gen_.fetch_add(1, std::memory_order_release);
+    (void)conns_.add_accepted(conn, [&] {
+      return add_to_epoll(conn->sock_.get(), reinterpret_cast<uintptr_t>(conn.get())).is_ok();
+    });
   }
 }
 
@@ -1130,9 +1115,7 @@ bool ShmTransport::handle_hello(ShmConn* c, const void* body, size_t len,
   if (!send_packet(c->sock_.get(), &ack, sizeof(ack), nullptr, 0)) return false;
   c->peer_.store(h.node);
   c->hello_done_ = true;
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = peers_.find(h.node);
-  if (it == peers_.end() || it->second->dead_.load()) peers_[h.node] = conns_[c];
+  conns_.identify(c, h.node);
   return true;
 }
 
@@ -1188,35 +1171,12 @@ void ShmTransport::close_conn(ShmConn* c, std::span<Completion> out, size_t* n, 
   if (c->my_bell_.valid()) ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->my_bell_.get(), nullptr);
   c->mark_dead();
   c->drop_remote_maps();
-  bool was_peers_conn = false;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = peers_.find(peer);
-    if (it != peers_.end() && it->second.get() == c) {
-      peers_.erase(it);
-      was_peers_conn = true;
-    }
-    auto ci = conns_.find(c);
-    if (ci != conns_.end()) {
-      closed_.push_back(std::move(ci->second));
-      conns_.erase(ci);
-      conns_gen_.fetch_add(1, std::memory_order_release);
-    }
-  }
-  // Every identified connection is registered unless another one to the
-  // same node already was (both sides dialed at once). Only the registered
-  // one reports the peer lost: a redundant one closing is not the peer going
-  // away, and when both close (the peer died) the peer is reported once.
-  if (peer != kNoNode && c->identified() && was_peers_conn) {
-    Completion lost;
-    lost.kind = CqKind::kPeerLost;
-    lost.peer = peer;
-    lost.status = Code::kPeerDown;
-    if (*n < out.size()) {
-      out[(*n)++] = lost;
-    } else {
-      pending_.push_back(lost);
-    }
+  // Every identified connection serves its node unless another one already
+  // did (both sides dialed at once). Only the serving one reports the peer
+  // lost: a redundant one closing is not the peer going away, and when both
+  // close (the peer died) the peer is reported once.
+  if (conns_.remove(c, peer) && peer != kNoNode && c->identified()) {
+    conns_.report_lost(peer, out, n);
   }
 }
 
@@ -1321,13 +1281,6 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
   return progress;
 }
 
-void ShmTransport::refresh_list() {
-  std::lock_guard<std::mutex> g(mu_);
-  list_gen_ = conns_gen_.load(std::memory_order_acquire);
-  list_.clear();
-  for (auto& [p, c] : conns_) list_.push_back(c);
-}
-
 void ShmTransport::kick() { ring_bell(awake_fd_.get()); }
 
 // Going to sleep: ask every producer to ring our bell, then look once more
@@ -1335,11 +1288,11 @@ void ShmTransport::kick() { ring_bell(awake_fd_.get()); }
 // its stamp store and its flag load, so one of the two sides sees the other). Drain the awake fd
 // first, so that a kick() from a poster after armed_ is set is not lost.
 void ShmTransport::try_arm() {
-  if (conns_gen_.load(std::memory_order_acquire) != list_gen_ || !pending_.empty()) return;
+  if (conns_.changed() || conns_.has_pending()) return;
   drain_fd(awake_fd_.get());
   armed_.store(true, std::memory_order_seq_cst);
   bool work = done_count_.load(std::memory_order_seq_cst) != 0;
-  for (auto& sp : list_) {
+  for (auto& sp : conns_.snapshot()) {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
     aref(c->rx_ctrl_->want_data).store(1, std::memory_order_seq_cst);
@@ -1356,7 +1309,7 @@ void ShmTransport::try_arm() {
 
 void ShmTransport::disarm() {
   armed_.store(false, std::memory_order_seq_cst);
-  for (auto& sp : list_) {
+  for (auto& sp : conns_.snapshot()) {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
     aref(c->rx_ctrl_->want_data).store(0, std::memory_order_relaxed);
@@ -1399,14 +1352,8 @@ bool ShmTransport::handle_events(std::span<Completion> out, size_t* n) {
 void ShmTransport::sweep_unidentified(uint64_t now) {
   // A connection that has not said hello within the deadline is dropped, so
   // idle strangers cannot hold sockets forever.
-  std::vector<ShmConn*> stale;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& [p, c] : conns_) {
-      if (!c->identified() && now > c->created_ns_ + kHelloTimeoutNs) stale.push_back(p);
-    }
-  }
-  for (ShmConn* c : stale) {
+  auto identified = [](const ShmConn& c) { return c.identified(); };
+  for (ShmConn* c : conns_.stale(now, kHelloTimeoutNs, identified)) {
     size_t none = 0;
     close_conn(c, {}, &none, "no hello in time");
   }
@@ -1418,10 +1365,7 @@ size_t ShmTransport::poll(std::span<Completion> out) {
 #endif
   size_t n = 0;
   bool active = false;
-  while (!pending_.empty() && n < out.size()) {
-    out[n++] = pending_.front();
-    pending_.pop_front();
-  }
+  n = conns_.take_pending(out, n);
   if (done_count_.load(std::memory_order_acquire) != 0) {
     std::lock_guard<SpinLock> g(done_lock_);
     while (!send_done_.empty() && n < out.size()) {
@@ -1430,8 +1374,8 @@ size_t ShmTransport::poll(std::span<Completion> out) {
       done_count_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
-  if (conns_gen_.load(std::memory_order_acquire) != list_gen_) {
-    refresh_list();
+  if (conns_.changed()) {
+    conns_.refresh();
     active = true;
   }
   // The clock (tens of ns on a VM) is read every kClockPolls-th poll: a
@@ -1449,11 +1393,12 @@ size_t ShmTransport::poll(std::span<Completion> out) {
       next_sweep_ns_ = now + kSweepNs;
     }
   }
-  const size_t k = list_.size();
+  const auto& list = conns_.snapshot();
+  const size_t k = list.size();
   if (rr_ >= k) rr_ = 0;  // the list shrank
   for (size_t j = 0; j < k && n < out.size(); ++j) {
     size_t at = rr_ + j;  // round robin, without a division on every poll
-    ShmConn* c = list_[at < k ? at : at - k].get();
+    ShmConn* c = list[at < k ? at : at - k].get();
     if (c->closed_ || !c->mapped()) continue;
     if (c->has_backlog_.load(std::memory_order_acquire)) active |= c->flush_from_poller();
     active |= read_ring(c, out, &n);
@@ -1480,7 +1425,7 @@ void ShmTransport::release_rx(std::span<const Completion>) {
     if (!c->closed_) c->publish_tail();
   }
   lent_.clear();
-  closed_.clear();
+  conns_.release_closed();
 }
 
 Result<std::unique_ptr<Transport>> make_shm_transport(const ShmConfig& config) {

@@ -45,6 +45,7 @@
 #include "common/config.h"
 #include "common/net.h"
 #include "common/spinlock.h"
+#include "transport/conn_table.h"
 #include "transport/transport.h"
 
 namespace lt::transport::shm {
@@ -106,7 +107,6 @@ class ShmTransport final : public Transport {
   bool handle_hello(ShmConn* c, const void* body, size_t len, std::vector<net::Fd>* fds);
   bool read_ring(ShmConn* c, std::span<Completion> out, size_t* n);
   void close_conn(ShmConn* c, std::span<Completion> out, size_t* n, const char* why);
-  void refresh_list();
   void try_arm();
   void disarm();
   void kick();  // makes wait_fd readable (another thread made work for the poller)
@@ -128,18 +128,11 @@ class ShmTransport final : public Transport {
   std::atomic<bool> armed_{false};
   std::atomic<bool> in_poll_{false};  // debug builds assert one poller at a time
 
-  std::mutex mu_;  // guards peers_, conns_ (connect() runs on user threads)
-  std::unordered_map<NodeId, std::shared_ptr<ShmConn>> peers_;
-  std::unordered_map<ShmConn*, std::shared_ptr<ShmConn>> conns_;
-  std::atomic<uint64_t> conns_gen_{0};  // bumped under mu_ whenever conns_ changes
+  ConnTable<ShmConn> conns_;
 
   // Poller-only state.
-  std::vector<std::shared_ptr<ShmConn>> list_;  // snapshot of conns_
-  uint64_t list_gen_ = ~uint64_t{0};
-  size_t rr_ = 0;                                 // round-robin start in list_
-  std::vector<ShmConn*> lent_;                    // rx lent out until release_rx
-  std::vector<std::shared_ptr<ShmConn>> closed_;  // kept alive until release_rx
-  std::deque<Completion> pending_;                // events found while `out` was full
+  size_t rr_ = 0;               // round-robin start in conns_.snapshot()
+  std::vector<ShmConn*> lent_;  // rx lent out until release_rx
   uint64_t idle_since_ns_ = 0;
   uint64_t clock_ns_ = 0;  // the clock at the last poll that read it
   uint32_t polls_ = 0;

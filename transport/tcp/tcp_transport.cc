@@ -399,8 +399,7 @@ TcpTransport::TcpTransport(const TcpConfig& config) : config_(config) {
 }
 
 TcpTransport::~TcpTransport() {
-  std::lock_guard<std::mutex> g(mu_);
-  for (auto& [p, c] : conns_) c->mark_dead();
+  conns_.for_each_locked([](Conn& c) { c.mark_dead(); });
 }
 
 Status TcpTransport::init() {
@@ -441,13 +440,7 @@ Status TcpTransport::add_to_epoll(Conn* c) {
 Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, Deadline d) {
   NodeId self = self_.load(std::memory_order_acquire);
   if (self == kNoNode) return Code::kNotJoined;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = peers_.find(peer.node);
-    if (it != peers_.end() && !it->second->dead_.load()) {
-      return std::unique_ptr<Endpoint>(new TcpEndpoint(it->second));
-    }
-  }
+  if (auto c = conns_.serving(peer.node)) return std::unique_ptr<Endpoint>(new TcpEndpoint(c));
   std::string host;
   uint16_t port = 0;
   sockaddr_in addr{};
@@ -471,18 +464,11 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
   LT_RETURN_IF_ERROR(net::write_all(fd->get(), &hello, sizeof(hello), d));
   auto conn = std::make_shared<Conn>(this, std::move(fd.value()), peer.node, true);
   conn->rx_reserve(kInitialRx);
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = peers_.find(peer.node);
-  if (it != peers_.end() && !it->second->dead_.load()) {
-    // Another thread or the peer itself connected first; use that one.
-    return std::unique_ptr<Endpoint>(new TcpEndpoint(it->second));
-  }
-  LT_RETURN_IF_ERROR(add_to_epoll(conn.get()));
-  peers_[peer.node] = conn;
-  conns_[conn.get()] = conn;
-  nconns_.store(conns_.size(), std::memory_order_release);
-  conns_gen_.fetch_add(1, std::memory_order_release);
-  return std::unique_ptr<Endpoint>(new TcpEndpoint(conn));
+  // Another thread or the peer itself may have connected first: that one
+  // serves, and this one is dropped.
+  auto served = conns_.add_dialed(peer.node, conn, [&] { return add_to_epoll(conn.get()); });
+  if (!served) return served.status();
+  return std::unique_ptr<Endpoint>(new TcpEndpoint(*served));
 }
 
 Result<MemRegion> TcpTransport::register_memory(std::span<std::byte> mem, Access a) {
@@ -564,11 +550,7 @@ void TcpTransport::accept_all() {
     net::set_bufsizes(fd, config_.sndbuf_bytes, config_.rcvbuf_bytes);
     auto conn = std::make_shared<Conn>(this, net::Fd(fd), kNoNode, false);
     conn->rx_reserve(kInitialRx);
-    std::lock_guard<std::mutex> g(mu_);
-    if (!add_to_epoll(conn.get()).is_ok()) continue;
-    conns_[conn.get()] = conn;
-    nconns_.store(conns_.size(), std::memory_order_release);
-    conns_gen_.fetch_add(1, std::memory_order_release);
+    (void)conns_.add_accepted(conn, [&] { return add_to_epoll(conn.get()).is_ok(); });
   }
 }
 
@@ -582,9 +564,7 @@ bool TcpTransport::handle_hello(Conn* c, std::span<const std::byte> body) {
   }
   c->peer_.store(h.node);
   c->hello_done_ = true;
-  std::lock_guard<std::mutex> g(mu_);
-  auto it = peers_.find(h.node);
-  if (it == peers_.end() || it->second->dead_.load()) peers_[h.node] = conns_[c];
+  conns_.identify(c, h.node);
   return true;
 }
 
@@ -602,36 +582,11 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
   c->in_ready_ = false;
   c->place_reg_.reset();
   c->place_left_ = 0;
-  bool was_peers_conn = false;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = peers_.find(peer);
-    if (it != peers_.end() && it->second.get() == c) {
-      peers_.erase(it);
-      was_peers_conn = true;
-    }
-    auto ci = conns_.find(c);
-    if (ci != conns_.end()) {
-      closed_.push_back(std::move(ci->second));
-      conns_.erase(ci);
-      nconns_.store(conns_.size(), std::memory_order_release);
-      conns_gen_.fetch_add(1, std::memory_order_release);
-    }
-  }
   // A redundant connection (both sides dialed at once) closing is not the
-  // peer going away: the registered connection still carries its traffic.
-  // When the peer dies both close, and only the registered one reports it
-  // (an identified connection is always registered unless another was).
-  if (peer != kNoNode && c->hello_done_ && was_peers_conn) {
-    Completion lost;
-    lost.kind = CqKind::kPeerLost;
-    lost.peer = peer;
-    lost.status = Code::kPeerDown;
-    if (*n < out.size()) {
-      out[(*n)++] = lost;
-    } else {
-      pending_.push_back(lost);
-    }
+  // peer going away: the serving connection still carries its traffic. When
+  // the peer dies both close, and only the serving one reports it.
+  if (conns_.remove(c, peer) && peer != kNoNode && c->hello_done_) {
+    conns_.report_lost(peer, out, n);
   }
 }
 
@@ -835,11 +790,7 @@ TcpTransport::ReadStep TcpTransport::recv_more(Conn* c, std::span<Completion> ou
 }
 
 size_t TcpTransport::poll(std::span<Completion> out) {
-  size_t n = 0;
-  while (!pending_.empty() && n < out.size()) {
-    out[n++] = pending_.front();
-    pending_.pop_front();
-  }
+  size_t n = conns_.take_pending(out, 0);
   if (done_count_.load(std::memory_order_acquire) != 0) {  // no lock on every pass
     std::lock_guard<std::mutex> g(done_mu_);
     while (!send_done_.empty() && n < out.size()) {
@@ -852,7 +803,7 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   // can have news: look at it every kIdlePolls-th pass rather than paying an
   // epoll_wait (and a clock read) on every pass of a caller spinning for
   // other transports. A new inbound connection waits a few microseconds.
-  if (nconns_.load(std::memory_order_acquire) == 0 && ready_.empty() && pending_.empty() &&
+  if (conns_.size() == 0 && ready_.empty() && !conns_.has_pending() &&
       ++idle_polls_ % kIdlePolls != 0) {
     return n;
   }
@@ -861,16 +812,10 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   // call instead of two, and an empty try costs about what epoll_wait(0)
   // does. epoll still runs every kEpollEvery-th poll, for the listener,
   // EPOLLOUT and sweeps.
-  const uint64_t gen = conns_gen_.load(std::memory_order_acquire);
-  if (gen != list_gen_) {
-    std::lock_guard<std::mutex> g(mu_);
-    list_.clear();
-    for (auto& [p, c] : conns_) list_.push_back(c);
-    list_gen_ = gen;
-  }
+  const auto& list = conns_.changed() ? conns_.refresh() : conns_.snapshot();
   // (With no connection there is nothing to try: the listener needs epoll.)
-  if (!list_.empty() && list_.size() <= kDirectPollConns && ++direct_polls_ % kEpollEvery != 0) {
-    for (auto& sp : list_) {
+  if (!list.empty() && list.size() <= kDirectPollConns && ++direct_polls_ % kEpollEvery != 0) {
+    for (auto& sp : list) {
       Conn* c = sp.get();
       if (c->closed_ || c->in_ready_) continue;
       c->in_ready_ = true;
@@ -914,14 +859,8 @@ void TcpTransport::sweep_unidentified() {
   uint64_t now = now_ns();
   if (now < next_sweep_ns_) return;
   next_sweep_ns_ = now + 1000000000ull;
-  std::vector<Conn*> stale;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (auto& [p, c] : conns_) {
-      if (!c->hello_done_ && now - c->created_ns_ > kHelloTimeoutNs) stale.push_back(p);
-    }
-  }
-  for (Conn* c : stale) {
+  auto said_hello = [](const Conn& c) { return c.hello_done_; };
+  for (Conn* c : conns_.stale(now, kHelloTimeoutNs, said_hello)) {
     size_t none = 0;
     close_conn(c, {}, &none, "no hello in time");
   }
@@ -930,7 +869,7 @@ void TcpTransport::sweep_unidentified() {
 void TcpTransport::release_rx(std::span<const Completion>) {
   for (Conn* c : pinned_) c->pinned_ = false;
   pinned_.clear();
-  closed_.clear();
+  conns_.release_closed();
 }
 
 Result<std::unique_ptr<Transport>> make_tcp_transport(const TcpConfig& config) {

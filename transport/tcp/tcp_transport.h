@@ -25,6 +25,7 @@
 #include "common/net.h"
 #include "common/time.h"
 #include "common/wire.h"
+#include "transport/conn_table.h"
 #include "transport/transport.h"
 
 namespace lt::transport::tcp {
@@ -119,22 +120,12 @@ class TcpTransport final : public Transport {
   std::atomic<uint64_t> token_{0};
   std::atomic<uint64_t> malformed_{0};
 
-  std::mutex mu_;  // guards peers_ and conns_ (connect() runs on user threads)
-  std::unordered_map<NodeId, std::shared_ptr<Conn>> peers_;
-  std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;
+  ConnTable<Conn> conns_;
 
   // Poller-only state.
-  std::vector<Conn*> ready_;                   // readable, not yet drained to EAGAIN
-  std::vector<Conn*> pinned_;                  // rx buffers lent out until release_rx
-  std::vector<std::shared_ptr<Conn>> closed_;  // kept alive until release_rx
-  std::deque<Completion> pending_;             // events found while `out` was full
+  std::vector<Conn*> ready_;   // readable, not yet drained to EAGAIN
+  std::vector<Conn*> pinned_;  // rx buffers lent out until release_rx
   uint64_t next_sweep_ns_ = 0;
-  std::atomic<size_t> nconns_{0};       // conns_.size(), read by the poller without mu_
-  std::atomic<uint64_t> conns_gen_{0};  // bumped under mu_ whenever conns_ changes
-  // Poller-only: a snapshot of conns_ (refreshed when conns_gen_ moves) for
-  // polling a few connections with recv() directly (see poll()).
-  std::vector<std::shared_ptr<Conn>> list_;
-  uint64_t list_gen_ = ~uint64_t{0};
   uint32_t direct_polls_ = 0;
   static constexpr size_t kDirectPollConns = 4;
   static constexpr uint32_t kEpollEvery = 16;
