@@ -186,7 +186,7 @@ lt_node_t LT_node_id(const lt_engine_t* e) { return e ? e->core.self() : 0; }
 
 int LT_local_address(const lt_engine_t* e, char* buf, size_t cap) {
   if (e == nullptr || buf == nullptr) return -LT_ERR_INVAL;
-  std::string a = e->core.transport_address();
+  std::string a = e->core.local_address("tcp");  // documented as the tcp HOST:PORT
   if (a.size() + 1 > cap) return -LT_ERR_TRUNCATED;
   std::memcpy(buf, a.c_str(), a.size() + 1);
   return 0;

@@ -27,9 +27,9 @@ Engine::~Engine() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-std::string Engine::transport_address() const {
+std::string Engine::local_address(std::string_view transport) const {
   for (const auto& a : transports_.addresses()) {
-    if (a.transport == "tcp") return a.address;
+    if (a.transport == transport) return a.address;
   }
   return "";
 }

@@ -78,7 +78,8 @@ class Engine {
   std::vector<Member> members() const { return membership_.members(); }
   Deadline default_deadline() const { return Deadline::lazy_ms(config_.engine.op_timeout_ms); }
   const Config& config() const { return config_; }
-  std::string transport_address() const;
+  /// The address this node publishes for `transport` ("" when it does not run it).
+  std::string local_address(std::string_view transport) const;
   /// The transport this node uses for `node` ("tcp", "shm", "self") and
   /// why; connects first if the peer was not used yet. kPeerDown.
   Result<std::pair<std::string, std::string>> peer_transport(NodeId node);
