@@ -8,7 +8,7 @@
 namespace lt::proto {
 
 Result<ReqId> Engine::done_request(Status s) {
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kPlain, 0, &id);
   if (!r) return r.status();
   (*r)->set_claimed();

@@ -26,7 +26,7 @@ Result<LmrHandle> Engine::malloc(NodeId node, uint64_t size, uint32_t rights, De
     m->key = (*l)->key;
     m->rkey = (*l)->region.rkey;
   } else {
-    ReqId id;
+    ReqId id = 0;
     auto r = alloc_request(ReqKind::kAlloc, node, &id);
     if (!r) return r.status();
     AllocReq q{make_header(MsgOp::kAllocReq, id), size};
@@ -53,7 +53,7 @@ Result<LmrHandle> Engine::malloc(NodeId node, uint64_t size, uint32_t rights, De
 
 // Asks the owner of a master mapping to free its LMR.
 Status Engine::free_remote(const Mapping& m, Deadline d) {
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
   if (!r) return r.status();
   FreeReq q{make_header(MsgOp::kFreeReq, id), m.ref()};
@@ -105,7 +105,7 @@ Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline
     m->cap = cap_for(src->secret, src->key, rights);
     m->rkey = src->rkey;
   } else {
-    ReqId id;
+    ReqId id = 0;
     auto r = alloc_request(ReqKind::kMap, *master, &id);
     if (!r) return r.status();
     MapReq q{make_header(MsgOp::kMapReq, id), rights, static_cast<uint32_t>(name.size())};

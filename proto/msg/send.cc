@@ -74,7 +74,7 @@ Result<ReqId> Engine::end_send(Request* r, ReqId id, Status s) {
 // To this node: delivered here, whatever the size (one copy).
 Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len, bool no_request,
                                    MsgCreditGuard& credit) {
-  ReqId id;  // the request comes first: once the message is out, the call succeeds
+  ReqId id = 0;  // the request comes first: once the message is out, the call succeeds
   auto r = send_request_slot(no_request, &id);
   if (!r) return r.status();
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
@@ -88,7 +88,7 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len, b
 
 Result<ReqId> Engine::send_eager(NodeId node, uint32_t port, const void* buf, size_t len,
                                  bool no_request, MsgCreditGuard& credit) {
-  ReqId id;
+  ReqId id = 0;
   auto r = send_request_slot(no_request, &id);
   if (!r) return r.status();
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
@@ -101,7 +101,7 @@ Result<ReqId> Engine::send_eager(NodeId node, uint32_t port, const void* buf, si
 // natively and frees it with MsgStaged.
 Result<ReqId> Engine::send_staged(NodeId node, uint32_t port, const void* buf, size_t len,
                                   uint64_t stage_off, bool no_request, MsgCreditGuard& credit) {
-  ReqId id;
+  ReqId id = 0;
   auto r = send_request_slot(no_request, &id);
   if (!r) {
     stage_.free(node, stage_off);
@@ -122,7 +122,7 @@ Result<ReqId> Engine::send_staged(NodeId node, uint32_t port, const void* buf, s
 // buffer stays the caller's until it completes.
 Result<ReqId> Engine::send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
                                 MsgCreditGuard& credit) {
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kSendRndv, node, &id);
   if (!r) return r.status();
   (*r)->send_buf = static_cast<const std::byte*>(buf);

@@ -59,7 +59,7 @@ Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, u
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m));
   if (off % sizeof(uint64_t) != 0) return Code::kAlign;
   if (Status s; atomic_now_on(m, off, kind, operand, compare, old, &s)) return done_request(s);
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kAtomic, m.owner, &id);
   if (!r) return r.status();
   (*r)->out = reinterpret_cast<std::byte*>(old);

@@ -66,7 +66,7 @@ Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t 
     return done_request(s);
   }
   if (len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kRead, m.owner, &id);
   if (!r) return r.status();
   (*r)->out = static_cast<std::byte*>(buf);
@@ -85,7 +85,7 @@ Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, ui
     return done_request(s);
   }
   if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
   if (!r) return r.status();
   RangeReq q{make_header(MsgOp::kWriteReq, id), m.ref(), off, len, 0, 0};
@@ -103,7 +103,7 @@ Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uin
       return Status::ok();
     }));
   }
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
   if (!r) return r.status();
   RangeReq q{make_header(MsgOp::kMemsetReq, id), m.ref(), off, len, value, 0};
@@ -131,7 +131,7 @@ Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle sr
     return done_request(local_copy(d, dst_off, s, src_off, len));
   }
   if (d.owner == s.owner) {  // both on one other node: it copies
-    ReqId id;
+    ReqId id = 0;
     auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
     if (!r) return r.status();
     MemcpyReq q{make_header(MsgOp::kMemcpyReq, id), d.ref(), s.ref(), dst_off, src_off, len};
@@ -147,7 +147,7 @@ Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle sr
 // then a write on (copy_second_half).
 Result<ReqId> Engine::memcpy_remote(const Mapping& d, uint64_t dst_off, const Mapping& s,
                                     uint64_t src_off, uint64_t len) {
-  ReqId id;
+  ReqId id = 0;
   if (s.owner == self()) {
     auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
     if (!r) return r.status();

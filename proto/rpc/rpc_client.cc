@@ -25,7 +25,7 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
   }
   int32_t used = credits_.take_rpc(node);
   if (used < 0) return Code::kNoResource;
-  ReqId id;
+  ReqId id = 0;
   auto r = alloc_request(ReqKind::kRpc, node, &id);
   if (!r) {
     credits_.untake_rpc(node);

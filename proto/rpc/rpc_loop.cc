@@ -50,7 +50,7 @@ Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, No
   }
   RpcQueue* queue = client_.rpcs.queue(func_id);
   if (queue == nullptr) return Code::kInvalidArg;
-  ReqId id;
+  ReqId id = 0;
   // The function id stands for the port: its queue, for unpost.
   auto r = receive_request(ReqKind::kRpcRecv, func_id, buf, cap, src, len, &id);
   if (!r) return r.status();
