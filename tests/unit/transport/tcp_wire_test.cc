@@ -10,14 +10,7 @@ class TcpWireTest : public TransportHarness {
  protected:
   explicit TcpWireTest(Factory make = &make_tcp) : TransportHarness(make) {}
 
-  void SetUp() override {
-    a_ = add_side(1);
-    b_ = add_side(2);
-    ASSERT_NE(a_, nullptr);
-    ASSERT_NE(b_, nullptr);
-    ab_ = connect(a_, b_);
-    ASSERT_NE(ab_, nullptr);
-  }
+  void SetUp() override { set_up_pair(); }
 
   net::Fd raw_connect() {
     std::string host;
@@ -71,10 +64,6 @@ class TcpWireTest : public TransportHarness {
     w.u64(token);
     return frame(wire::FrameKind::kHello, body);
   }
-
-  Side* a_ = nullptr;
-  Side* b_ = nullptr;
-  std::unique_ptr<Endpoint> ab_;
 };
 
 TEST_F(TcpWireTest, GarbageIsDroppedAndOthersStayServed) {

@@ -14,14 +14,7 @@ class TransportConformance : public TransportHarness,
   TransportConformance() : TransportHarness(GetParam().make, GetParam().peer) {}
 
   // Two joined transports, 1 connected to 2.
-  void SetUp() override {
-    a_ = add_side(1);
-    b_ = add_side(2);
-    ASSERT_NE(a_, nullptr);
-    ASSERT_NE(b_, nullptr);
-    ab_ = connect(a_, b_);
-    ASSERT_NE(ab_, nullptr);
-  }
+  void SetUp() override { set_up_pair(); }
 
   void TearDown() override {
     for (auto& [side, mr] : regions_) {
@@ -44,9 +37,6 @@ class TransportConformance : public TransportHarness,
   }
 
   std::vector<std::pair<Side*, MemRegion>> regions_;
-  Side* a_ = nullptr;
-  Side* b_ = nullptr;
-  std::unique_ptr<Endpoint> ab_;
 };
 
 TEST_P(TransportConformance, CapsAreSane) {

@@ -224,6 +224,16 @@ class TransportHarness : public ::testing::Test {
 
   PeerInfo peer_info(NodeId node, const std::string& address) const { return peer_(node, address); }
 
+  // Two joined transports, 1 connected to 2: a_, b_ and ab_.
+  void set_up_pair() {
+    a_ = add_side(1);
+    b_ = add_side(2);
+    ASSERT_NE(a_, nullptr);
+    ASSERT_NE(b_, nullptr);
+    ab_ = connect(a_, b_);
+    ASSERT_NE(ab_, nullptr);
+  }
+
   // A transport that has joined as `node` with `token` (kNoNode: not joined).
   Side* add_side(NodeId node, uint64_t token = kToken) {
     auto t = make_();
@@ -368,6 +378,10 @@ class TransportHarness : public ::testing::Test {
   PeerFn peer_;
   std::vector<std::unique_ptr<Side>> sides_;
   std::vector<std::unique_ptr<Target>> targets_;
+  // set_up_pair()'s; declared last so that the endpoint goes before the sides.
+  Side* a_ = nullptr;
+  Side* b_ = nullptr;
+  std::unique_ptr<Endpoint> ab_;
 };
 
 }  // namespace lt::transport::test
