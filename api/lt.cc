@@ -523,6 +523,8 @@ Manager::Manager(const ManagerOptions& o) {
   po.secret = o.secret;
   po.heartbeat_ms = o.heartbeat_ms;
   po.down_after_ms = o.down_after_ms;
+  po.join_timeout_ms = o.join_timeout_ms;
+  po.max_unjoined = o.max_unjoined;
   po.verbose = o.verbose;
   impl_ = std::make_unique<Impl>(po);
 }

@@ -126,6 +126,12 @@ void Engine::peer_gone(NodeId n, bool member_down) {
     // The LMRs this node holds for it: nobody can free them any more (only a
     // master handle can), so they go as if it had freed them; handles mapped
     // by others then fail with BAD_HANDLE.
+    // What it sent that nobody received yet would stay for good otherwise.
+    size_t msgs = client_.ports.drop_from(n), calls = client_.rpcs.drop_waiting_from(n);
+    if (msgs + calls != 0) {
+      LT_INFO("dropped %zu unreceived messages and %zu untaken calls of node %u", msgs, calls, n);
+    }
+    // Last: a test sees the LMRs gone, so everything above is done by then.
     size_t n_freed = lmrs_.erase_master(n);
     if (n_freed != 0) LT_INFO("freed %zu LMRs of node %u", n_freed, n);
   }

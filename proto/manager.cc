@@ -1,6 +1,8 @@
 #include "proto/manager.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <cstdio>
@@ -40,7 +42,58 @@ Status Manager::start() {
   do {
     token_ = random_u64();
   } while (token_ == 0);
+  // Room for many nodes: the soft descriptor limit up to the hard one. The
+  // unjoined cap stays below half of it, so members always find room.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &nofile);
+    (void)getrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  max_unjoined_ = std::max<size_t>(
+      1, std::min<size_t>(opt_.max_unjoined, static_cast<size_t>(nofile.rlim_cur / 2)));
+  spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   return Status::ok();
+}
+
+void Manager::joined_or_gone(Client* c) {
+  if (c->node != 0 || c->unjoined == unjoined_.end()) return;
+  unjoined_.erase(c->unjoined);
+  c->unjoined = unjoined_.end();
+}
+
+void Manager::accept_all() {
+  for (;;) {
+    int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd_.valid()) {
+        // Out of descriptors: take the newcomer with the spare one and close
+        // it, so the listener does not stay readable for ever (a busy loop).
+        spare_fd_.reset();
+        int refused = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (refused >= 0) ::close(refused);
+        spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        ++refused_;
+        continue;
+      }
+      return;  // EAGAIN
+    }
+    if (unjoined_.size() >= max_unjoined_) {
+      ++refused_;
+      drop(unjoined_.front(), "too many connections that have not joined");
+    }
+    net::set_nodelay(fd);
+    auto cl = std::make_unique<Client>();
+    cl->fd.reset(fd);
+    cl->last_seen_ns = cl->connected_ns = now_ns();
+    cl->unjoined = unjoined_.insert(unjoined_.end(), cl.get());
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.ptr = cl.get();
+    epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev);
+    clients_[cl.get()] = std::move(cl);
+  }
 }
 
 void Manager::send(Client* c, const std::string& frame) {
@@ -100,6 +153,7 @@ void Manager::forget_client(Client* c) {
 
 void Manager::drop(Client* c, const char* why) {
   uint32_t node = c->node;
+  joined_or_gone(c);
   forget_client(c);
   epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
   auto owned = std::move(clients_[c]);
@@ -179,6 +233,7 @@ void Manager::refuse_join(Client* c, const std::string& name, bool auth) {
 // The newcomer learns everyone already in (itself first); they learn of it
 // before it is added, so it is not told about itself twice.
 void Manager::admit(Client* c, Member m) {
+  joined_or_gone(c);
   m.node = next_node_++;
   c->node = m.node;
   c->member = m;
@@ -330,6 +385,11 @@ void Manager::check_timeouts() {
     if (now - c->last_seen_ns > limit) dead.push_back(c);
   }
   for (Client* c : dead) drop(c, "heartbeat timeout");
+  // The unjoined list is in connection order: the stale ones are in front.
+  const uint64_t join_limit = static_cast<uint64_t>(opt_.join_timeout_ms) * 1000000ull;
+  while (!unjoined_.empty() && now - unjoined_.front()->connected_ns > join_limit) {
+    drop(unjoined_.front(), "no join in time");
+  }
 }
 
 Status Manager::run(const std::atomic<bool>& stop) {
@@ -341,19 +401,7 @@ Status Manager::run(const std::atomic<bool>& stop) {
     for (int i = 0; i < n; ++i) {
       auto* c = static_cast<Client*>(evs[i].data.ptr);
       if (c == nullptr) {
-        for (;;) {
-          int fd = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
-          net::set_nodelay(fd);
-          auto cl = std::make_unique<Client>();
-          cl->fd.reset(fd);
-          cl->last_seen_ns = now_ns();
-          epoll_event ev{};
-          ev.events = EPOLLIN | EPOLLRDHUP;
-          ev.data.ptr = cl.get();
-          epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev);
-          clients_[cl.get()] = std::move(cl);
-        }
+        accept_all();
         continue;
       }
       if (clients_.find(c) != clients_.end()) on_readable(c);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,7 +25,12 @@ struct ManagerOptions {
   std::string secret = "ltier-dev-secret";
   uint32_t heartbeat_ms = 200;    // told to nodes at join
   uint32_t down_after_ms = 1500;  // silence before a node is declared down
-  bool verbose = false;           // one line per membership change on stderr
+  // A connection that has not joined within this time is dropped, and at most
+  // max_unjoined such connections are kept (the oldest goes for a new one),
+  // so idle or flooding strangers cannot hold the manager's descriptors.
+  uint32_t join_timeout_ms = 5000;
+  uint32_t max_unjoined = 1024;
+  bool verbose = false;  // one line per membership change on stderr
 };
 
 class Manager {
@@ -42,7 +48,9 @@ class Manager {
     CtlStream in;
     uint32_t node = 0;  // 0 until joined
     uint64_t last_seen_ns = 0;
+    uint64_t connected_ns = 0;
     Member member;
+    std::list<Client*>::iterator unjoined;  // its place in unjoined_ until it joins
   };
   void on_readable(Client* c);
   void handle(Client* c, const std::string& payload);
@@ -57,6 +65,9 @@ class Manager {
   void drop(Client* c, const char* why);
   void broadcast(const std::string& frame, uint32_t except);
   void check_timeouts();
+  void accept_all();
+  // A connection left the unjoined list (it joined or was dropped).
+  void joined_or_gone(Client* c);
 
   ManagerOptions opt_;
   std::string address_;
@@ -65,6 +76,10 @@ class Manager {
   uint64_t token_ = 0;
   uint32_t next_node_ = 1;
   std::unordered_map<Client*, std::unique_ptr<Client>> clients_;
+  std::list<Client*> unjoined_;  // clients that have not joined, oldest first
+  size_t max_unjoined_ = 0;      // opt_.max_unjoined, bounded by the descriptor limit
+  net::Fd spare_fd_;             // given up to accept and refuse one connection at EMFILE
+  uint64_t refused_ = 0;         // connections dropped for the cap or the descriptor limit
   std::map<uint32_t, Client*> members_;
   std::map<std::string, uint32_t> names_;
 

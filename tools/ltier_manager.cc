@@ -2,7 +2,8 @@
 // get a node id, the address book and membership events.
 //
 //   ltier-manager [--listen HOST:PORT] [--secret S] [--heartbeat-ms N]
-//                 [--down-after-ms N] [--port-file F] [-v]
+//                 [--down-after-ms N] [--join-timeout-ms N] [--max-unjoined N]
+//                 [--port-file F] [-v]
 //
 // The secret may also come from $LTIER_SECRET. Stops on SIGINT/SIGTERM.
 #include <csignal>
@@ -22,7 +23,8 @@ void on_signal(int) { g_stop.store(true); }
 [[noreturn]] void usage() {
   fprintf(stderr,
           "usage: ltier-manager [--listen HOST:PORT] [--secret S] [--heartbeat-ms N]\n"
-          "                     [--down-after-ms N] [--port-file FILE] [-v]\n");
+          "                     [--down-after-ms N] [--join-timeout-ms N] [--max-unjoined N]\n"
+          "                     [--port-file FILE] [-v]\n");
   exit(2);
 }
 }  // namespace
@@ -41,8 +43,7 @@ int main(int argc, char** argv) {
     auto num = [&]() -> uint32_t {
       std::string v = val();
       if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) {
-        fprintf(stderr, "ltier-manager: %s expects a number of milliseconds, got '%s'\n", a.c_str(),
-                v.c_str());
+        fprintf(stderr, "ltier-manager: %s expects a number, got '%s'\n", a.c_str(), v.c_str());
         exit(2);
       }
       return static_cast<uint32_t>(std::stoul(v));
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
       o.heartbeat_ms = num();
     } else if (a == "--down-after-ms") {
       o.down_after_ms = num();
+    } else if (a == "--join-timeout-ms") {
+      o.join_timeout_ms = num();
+    } else if (a == "--max-unjoined") {
+      o.max_unjoined = num();
     } else if (a == "--port-file") {
       port_file = val();
     } else if (a == "-v" || a == "--verbose") {

@@ -102,6 +102,17 @@ class PortTable {
     erase_posted(get_locked(port).posted, id);
   }
 
+  /// Drops every message `src` left unreceived (it is gone: nobody answers a
+  /// pull, and its credits died with it); returns how many.
+  size_t drop_from(NodeId src) {
+    std::lock_guard<SpinLock> g(mu_);
+    size_t n = 0;
+    for (auto& [num, p] : ports_) {
+      n += std::erase_if(p->unexpected, [src](const Unexpected& u) { return u.src == src; });
+    }
+    return n;
+  }
+
   /// Ports that exist now (empty ones included until a sweep). Caller holds mutex().
   size_t size_locked() const { return ports_.size(); }
 

@@ -38,4 +38,14 @@ RpcQueue* RpcRegistry::queue(uint32_t func) const {
   return it == queues_.end() ? nullptr : it->second.get();
 }
 
+size_t RpcRegistry::drop_waiting_from(NodeId src) {
+  size_t n = 0;
+  std::shared_lock<std::shared_mutex> g(mu_);
+  for (auto& [func, q] : queues_) {
+    std::lock_guard<std::mutex> qg(q->mu);
+    n += std::erase_if(q->waiting, [src](const QueuedRpc& r) { return r.src == src; });
+  }
+  return n;
+}
+
 }  // namespace lt::proto

@@ -72,6 +72,9 @@ class RpcRegistry {
   std::shared_ptr<RpcHandler> handler(uint32_t func) const;
   /// The queue of `func`, or null.
   RpcQueue* queue(uint32_t func) const;
+  /// Drops the server-loop requests of caller `src` that no thread took yet
+  /// (it is gone: no reply can reach it); returns how many.
+  size_t drop_waiting_from(NodeId src);
 
  private:
   using Slot = std::atomic<const RpcHandler*>;

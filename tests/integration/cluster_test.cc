@@ -610,6 +610,36 @@ TEST_P(ThreeNodes, DeadMastersLmrsAreFreed) {
   EXPECT_EQ(b->cmd("read " + h2 + " 0 1"), "ok 11");
 }
 
+// Messages a dead node left unreceived go when it is declared down: a
+// long-lived receiver with churning senders does not keep them for good.
+TEST_P(ThreeNodes, DeadSendersUnreceivedMessagesAreDropped) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  // An LMR on a whose master is b: a frees it when b is declared down, after
+  // dropping b's messages, so c seeing it gone means the drop is done.
+  std::string h = ok_value(b->cmd("malloc " + ids_[0] + " 64 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(b->cmd("publish " + h + " itest.dropper rw"), "ok");
+  std::string m = ok_value(c->cmd("map itest.dropper rw"));
+  ASSERT_FALSE(m.empty());
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(b->cmd("send " + ids_[0] + " 77 0102"), "ok");
+  ASSERT_EQ(b->cmd("send " + ids_[0] + " 78 05"), "ok");
+  ASSERT_EQ(c->cmd("send " + ids_[0] + " 77 0304"), "ok");
+  // b's port-78 message came after its port-77 ones on the same connection:
+  // once a has it, b's three are in a's store.
+  ASSERT_EQ(a->cmd("recv 78 16"), "ok " + ids_[1] + " 05");
+  b->signal(SIGKILL);
+  ASSERT_NE(b->wait_exit(5000), -1);
+  std::string r;
+  for (int i = 0; i < 300; ++i) {
+    r = c->cmd("read " + m + " 0 1", 15000);
+    if (r != "ok 00") break;
+    usleep(50000);
+  }
+  ASSERT_EQ(r, "err LT_ERR_BAD_HANDLE");
+  EXPECT_EQ(a->cmd("recv 77 16"), "ok " + ids_[2] + " 0304");
+  EXPECT_EQ(a->cmd("recv 77 16 200"), "err LT_ERR_TIMEDOUT");
+}
+
 // /dev/shm entries (shm segments are memfds and must never show up there).
 size_t dev_shm_entries() {
   size_t n = 0;

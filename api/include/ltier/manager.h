@@ -14,6 +14,10 @@ struct ManagerOptions {
   std::string secret = "ltier-dev-secret";
   uint32_t heartbeat_ms = 200;
   uint32_t down_after_ms = 1500;  // a node silent this long is declared down
+  // A connection that has not joined within join_timeout_ms is closed, and at
+  // most max_unjoined are kept (the oldest is closed for a new one).
+  uint32_t join_timeout_ms = 5000;
+  uint32_t max_unjoined = 1024;
   bool verbose = false;
 };
 

@@ -21,12 +21,14 @@ namespace {
 
 class ManagerTest : public ::testing::Test {
  protected:
+  virtual void options(ManagerOptions*) {}
   void SetUp() override {
     ManagerOptions o;
     o.listen = "127.0.0.1:0";
     // Move-assigned: GCC 12 at -O3 reports a false -Wrestrict inside
     // std::string when a one-byte literal is assigned over a longer string.
     o.secret = std::string("s");
+    options(&o);
     m_ = std::make_unique<Manager>(o);
     ASSERT_TRUE(m_->start().is_ok());
     thread_ = std::thread([this] { (void)m_->run(stop_); });
@@ -36,6 +38,28 @@ class ManagerTest : public ::testing::Test {
     thread_.join();
   }
 
+  // A connection to the manager that says nothing.
+  net::Fd idle() {
+    std::string host;
+    uint16_t port = 0;
+    sockaddr_in a{};
+    EXPECT_TRUE(parse_host_port(m_->address(), &host, &port).is_ok());
+    EXPECT_TRUE(net::resolve(host, port, &a).is_ok());
+    auto fd = net::connect_tcp(a, Deadline::after_ms(2000));
+    EXPECT_TRUE(fd.is_ok());
+    return fd ? std::move(fd.value()) : net::Fd();
+  }
+  // True once the manager has closed `fd` (EOF), waiting at most until `d`.
+  static bool closed_by_manager(int fd, Deadline d) {
+    for (;;) {
+      pollfd pf{fd, POLLIN, 0};
+      if (::poll(&pf, 1, static_cast<int>(std::min<uint64_t>(d.remaining_ms(), 100))) > 0) {
+        char b;
+        return ::recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+      }
+      if (d.expired()) return false;
+    }
+  }
   // A joined client connection.
   net::Fd join() {
     std::string host;
@@ -147,6 +171,44 @@ TEST_F(ManagerTest, LockQueueIsFifoAndDeadHolderReleases) {
   lock(b, CtlType::kLockRelease, 4);
   expect_reply(b.get(), 4, Code::kOk);
   expect_reply(c.get(), 3, Code::kOk);
+}
+
+// Strangers that connect and say nothing cannot crowd out real joins: at most
+// max_unjoined wait (the oldest is closed for a newcomer) and each is closed
+// after join_timeout_ms.
+class ManagerCapTest : public ManagerTest {
+ protected:
+  void options(ManagerOptions* o) override {
+    o->max_unjoined = 16;
+    o->join_timeout_ms = 600000;  // only the cap closes anyone here
+  }
+};
+
+class ManagerJoinTimeoutTest : public ManagerTest {
+ protected:
+  void options(ManagerOptions* o) override {
+    o->join_timeout_ms = 300;
+    o->down_after_ms = 600000;  // the member below sends no heartbeats
+  }
+};
+
+TEST_F(ManagerCapTest, FloodOfIdleConnectionsStillAdmitsAJoin) {
+  std::vector<net::Fd> flood;
+  for (int i = 0; i < 200; ++i) flood.push_back(idle());
+  net::Fd a = join();  // answered with kJoinOk (checked in join())
+  ASSERT_TRUE(a.valid());
+  // The first strangers made room for the later ones; the last 16 wait on.
+  EXPECT_TRUE(closed_by_manager(flood.front().get(), Deadline::after_ms(10000)));
+  EXPECT_FALSE(closed_by_manager(flood.back().get(), Deadline::after_ms(200)));
+}
+
+TEST_F(ManagerJoinTimeoutTest, IdleConnectionIsClosedAfterTheJoinTimeout) {
+  net::Fd stranger = idle();
+  net::Fd member = join();
+  EXPECT_TRUE(closed_by_manager(stranger.get(), Deadline::after_ms(10000)));
+  // A member is not a stranger: it stays.
+  send(member.get(), CtlType::kNameLookup, 5, "nothing", 0);
+  expect_reply(member.get(), 5, Code::kNotFound);
 }
 
 }  // namespace

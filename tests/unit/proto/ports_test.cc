@@ -81,5 +81,28 @@ TEST(PortTable, EmptyPortsAreSweptWhenManyExist) {
   EXPECT_EQ(t.size_locked(), 8u);
 }
 
+TEST(PortTable, DropFromRemovesOnlyThatSendersMessages) {
+  PortTable t;
+  {
+    std::lock_guard<SpinLock> g(t.mutex());
+    for (uint32_t port : {1u, 2u, 3u}) {
+      for (NodeId src : {5u, 6u, 5u}) {
+        Unexpected u;
+        u.src = src;
+        u.len = port;
+        t.get_locked(port).unexpected.push_back(std::move(u));
+      }
+    }
+  }
+  EXPECT_EQ(t.drop_from(5), 6u);
+  EXPECT_EQ(t.drop_from(5), 0u);
+  std::lock_guard<SpinLock> g(t.mutex());
+  for (uint32_t port : {1u, 2u, 3u}) {
+    auto& q = t.get_locked(port).unexpected;
+    ASSERT_EQ(q.size(), 1u);
+    EXPECT_EQ(q.front().src, 6u);
+  }
+}
+
 }  // namespace
 }  // namespace lt::proto

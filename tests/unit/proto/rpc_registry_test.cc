@@ -68,5 +68,22 @@ TEST(ReplyTokens, ATokenAnswersOnce) {
   EXPECT_EQ(c.src, 3u);
 }
 
+TEST(RpcRegistry, DropWaitingFromRemovesOnlyThatCallersRequests) {
+  RpcRegistry r;
+  ASSERT_TRUE(r.add_queue(1).is_ok());
+  ASSERT_TRUE(r.add_queue(2).is_ok());
+  for (uint32_t f : {1u, 2u}) {
+    RpcQueue* q = r.queue(f);
+    q->waiting.push_back({7, 100, {}});
+    q->waiting.push_back({8, 101, {}});
+    q->waiting.push_back({7, 102, {}});
+  }
+  EXPECT_EQ(r.drop_waiting_from(7), 4u);
+  for (uint32_t f : {1u, 2u}) {
+    ASSERT_EQ(r.queue(f)->waiting.size(), 1u);
+    EXPECT_EQ(r.queue(f)->waiting.front().caller_req, 101u);
+  }
+}
+
 }  // namespace
 }  // namespace lt::proto
