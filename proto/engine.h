@@ -235,6 +235,18 @@ class Engine {
     return r;
   }
   Result<ReqId> done_request(Status s);
+  /// A request claimed by its caller and nobody else yet: completed now with
+  /// `s` (an op done at once), or freed unsent (returning `s`, its error).
+  Result<ReqId> finish_now(Request* r, ReqId id, Status s) {
+    r->set_claimed();
+    finish(r, s);
+    return id;
+  }
+  Status drop_unsent(Request* r, Status s) {
+    r->set_claimed();
+    release(r);
+    return s;
+  }
   void finish(Request* r, Status s) {
     drop_placement(r);
     r->complete(s);

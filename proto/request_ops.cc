@@ -22,6 +22,8 @@ void Engine::release(Request* r) {
   if (r->admitted) sched_.retire();
   r->admitted = false;
   client_.requests.put_back(r);
+  // A blocking send or call out of slots waits on the credit epoch too.
+  credits_.room_freed();
 }
 
 void Engine::fail_requests_to(NodeId peer, Code c) {

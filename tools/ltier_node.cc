@@ -312,6 +312,15 @@ std::string cmd_fadd(lt_engine_t* e, Args& a) {
   return rc ? err(rc) : "ok " + std::to_string(old);
 }
 
+std::string cmd_fadd_async(lt_engine_t* e, Args& a) {
+  lt_lmr_t h = a.u64();
+  uint64_t off = a.u64(), add = a.u64(), old = 0;
+  lt_req_t req;
+  int rc = LT_fetch_add_async(e, h, off, add, &old, &req);
+  if (rc == 0) rc = LT_wait(e, req, -1);
+  return rc ? err(rc) : "ok " + std::to_string(old);
+}
+
 std::string cmd_cas(lt_engine_t* e, Args& a) {
   lt_lmr_t h = a.u64();
   uint64_t off = a.u64(), expected = a.u64(), desired = a.u64(), old = 0;
@@ -732,6 +741,7 @@ constexpr Command kCommands[] = {
     {"memset", "H OFF BYTE LEN -> ok", cmd_memset},
     {"memcpy", "DST DOFF SRC SOFF LEN -> ok", cmd_memcpy},
     {"fadd", "H OFF ADD -> ok OLD (LT_fetch_add)", cmd_fadd},
+    {"fadd_async", "H OFF ADD -> ok OLD (LT_fetch_add_async, then LT_wait)", cmd_fadd_async},
     {"cas", "H OFF EXPECTED NEW -> ok OLD (LT_compare_swap)", cmd_cas},
     {"fadd_loop", "H OFF N THREADS -> ok (THREADS threads, N fetch_add(1) each)", cmd_fadd_loop},
     {"lock", "NAME [TIMEOUT_MS] -> ok (LT_lock; default timeout from config)", cmd_lock},

@@ -168,6 +168,9 @@ class Credits {
     seq_.fetch_add(1, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&seq_);
   }
+  /// Other room a blocked caller may wait for came back (a request slot):
+  /// watchers see the epoch move, as for credits.
+  void room_freed() { came_back(); }
   /// Sleeps until the epoch is no longer `seen`, or `d` (kTimedOut). The
   /// spin before it is the caller's (it polls the transports).
   Status sleep_while(uint32_t seen, Deadline d) {

@@ -58,10 +58,15 @@ Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, u
   Mapping m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m));
   if (off % sizeof(uint64_t) != 0) return Code::kAlign;
-  if (Status s; atomic_now_on(m, off, kind, operand, compare, old, &s)) return done_request(s);
+  // The slot first: an atomic done at once must not be followed by a
+  // refusal (a caller retrying a fetch_add would add twice).
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kAtomic, m.owner, &id);
+  auto r = alloc_request(ReqKind::kAtomic, 0, &id);
   if (!r) return r.status();
+  if (Status s; atomic_now_on(m, off, kind, operand, compare, old, &s)) {
+    return finish_now(*r, id, s);
+  }
+  (*r)->peer.store(m.owner);
   (*r)->out = reinterpret_cast<std::byte*>(old);
   (*r)->out_len = sizeof(uint64_t);
   AtomicReq q{make_header(MsgOp::kAtomicReq, id), m.ref(), off, operand, compare,

@@ -62,13 +62,15 @@ Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t 
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightRead, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
-  if (Status s; copy_now(m, false, off, static_cast<std::byte*>(buf), len, &s)) {
-    return done_request(s);
-  }
-  if (len > max_payload_ - sizeof(MsgHeader)) return Code::kInvalidArg;
+  // The slot first: an op done at once must not be followed by a refusal.
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kRead, m.owner, &id);
+  auto r = alloc_request(ReqKind::kRead, 0, &id);
   if (!r) return r.status();
+  if (Status s; copy_now(m, false, off, static_cast<std::byte*>(buf), len, &s)) {
+    return finish_now(*r, id, s);
+  }
+  if (len > max_payload_ - sizeof(MsgHeader)) return drop_unsent(*r, Code::kInvalidArg);
+  (*r)->peer.store(m.owner);
   (*r)->out = static_cast<std::byte*>(buf);
   (*r)->out_len = len;
   RangeReq q{make_header(MsgOp::kReadReq, id), m.ref(), off, len, 0, 0};
@@ -81,13 +83,14 @@ Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, ui
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
-  if (Status s; copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, &s)) {
-    return done_request(s);
-  }
-  if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
+  auto r = alloc_request(ReqKind::kPlain, 0, &id);
   if (!r) return r.status();
+  if (Status s; copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, &s)) {
+    return finish_now(*r, id, s);
+  }
+  if (len > max_payload_ - sizeof(RangeReq)) return drop_unsent(*r, Code::kInvalidArg);
+  (*r)->peer.store(m.owner);
   RangeReq q{make_header(MsgOp::kWriteReq, id), m.ref(), off, len, 0, 0};
   LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), buf, len));
   return id;
@@ -97,15 +100,16 @@ Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uin
   Mapping m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
   if (len == 0) return done_request(Status::ok());
+  ReqId id = 0;
+  auto r = alloc_request(ReqKind::kPlain, 0, &id);
+  if (!r) return r.status();
   if (m.owner == self()) {
-    return done_request(lmrs_.with_checked(m.ref(), kRightWrite, off, len, [&](LocalLmr& l) {
+    return finish_now(*r, id, lmrs_.with_checked(m.ref(), kRightWrite, off, len, [&](LocalLmr& l) {
       lmr_fill(l.mem + off, value, len);
       return Status::ok();
     }));
   }
-  ReqId id = 0;
-  auto r = alloc_request(ReqKind::kPlain, m.owner, &id);
-  if (!r) return r.status();
+  (*r)->peer.store(m.owner);
   RangeReq q{make_header(MsgOp::kMemsetReq, id), m.ref(), off, len, value, 0};
   LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), nullptr, 0));
   return id;
@@ -128,7 +132,10 @@ Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle sr
   LT_RETURN_IF_ERROR(client_.handles.check(src, kRightRead, src_off, len, &s));
   if (len == 0) return done_request(Status::ok());
   if (d.owner == s.owner && d.owner == self()) {
-    return done_request(local_copy(d, dst_off, s, src_off, len));
+    ReqId id = 0;
+    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    if (!r) return r.status();
+    return finish_now(*r, id, local_copy(d, dst_off, s, src_off, len));
   }
   if (d.owner == s.owner) {  // both on one other node: it copies
     ReqId id = 0;
@@ -157,11 +164,8 @@ Result<ReqId> Engine::memcpy_remote(const Mapping& d, uint64_t dst_off, const Ma
       sent = true;
       return send_request(*r, d.owner, &q, sizeof(q), l.mem + src_off, len);
     });
-    if (!st.is_ok() && !sent) {
-      // Refused before anything was sent: the request is still ours.
-      (*r)->set_claimed();
-      release(*r);
-    }
+    // Refused before anything was sent: the request is still ours.
+    if (!st.is_ok() && !sent) return drop_unsent(*r, st);
     if (!st.is_ok()) return st;
     return id;
   }

@@ -14,14 +14,18 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
   }
   if (!peers_.valid(node)) return Code::kPeerDown;
   if (node == self()) {
-    // A call to this node runs the handler here, in the caller's thread.
+    // A call to this node runs the handler here, in the caller's thread;
+    // the slot first, so a handler that ran is never reported refused.
+    ReqId id = 0;
+    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    if (!r) return r.status();
     std::shared_ptr<RpcHandler> fn = client_.rpcs.handler(func_id);
-    if (!fn) return done_request(Code::kNoHandler);
+    if (!fn) return finish_now(*r, id, Code::kNoHandler);
     size_t n = 0;
     Status s = (*fn)(node, std::span<const std::byte>(static_cast<const std::byte*>(in), in_len),
                      std::span<std::byte>(static_cast<std::byte*>(out), out_cap), &n);
     if (s.is_ok()) *out_len = n;
-    return done_request(s);
+    return finish_now(*r, id, s);
   }
   int32_t used = credits_.take_rpc(node);
   if (used < 0) return Code::kNoResource;

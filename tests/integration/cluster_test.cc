@@ -473,6 +473,27 @@ TEST(Ports, SweepsKeepPortsThatHoldMessages) {
 // with one message credit and one RPC credit per peer, 4 threads each
 // stream to one receiver. A lost credit wake-up would show as AGAIN after
 // the 10 s op timeout.
+// An async op that can be done at once (here an atomic on this node's own
+// LMR) takes its request slot first: refused for the tenant's quota, it has
+// not happened (a caller that retries a fetch_add must not add twice).
+TEST(Quota, RefusedAsyncAtomicDoesNothing) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  Proc* a = cluster.add_node({"LTIER_MAX_OUTSTANDING_OPS=1"});
+  Proc* b = cluster.add_node();
+  ASSERT_TRUE(a && b);
+  std::string ia = id_of(a), ib = id_of(b);
+  std::string h = ok_value(a->cmd("malloc " + ia + " 64 rwa"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("fadd_async " + h + " 0 1"), "ok 0");
+  // A rendezvous send b does not receive yet holds a's only operation.
+  ASSERT_EQ(a->cmd("send_async " + ib + " 31 1048576"), "ok");
+  EXPECT_EQ(a->cmd("fadd_async " + h + " 0 5"), "err LT_ERR_QUOTA");
+  EXPECT_EQ(b->cmd("recv_pat 31 1048576"), "ok " + ia + " 0");
+  EXPECT_EQ(a->cmd("wait_sends"), "ok");
+  EXPECT_EQ(a->cmd("fadd " + h + " 0 0"), "ok 1") << "the refused add did not happen";
+}
+
 TEST(Credits, ManyThreadsShareOneCredit) {
   Cluster cluster;
   ASSERT_TRUE(cluster.ok());
