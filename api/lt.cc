@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/siphash.h"
 #include "ltier/manager.h"
 #include "proto/engine.h"
 #include "proto/manager.h"
@@ -19,6 +20,10 @@
 struct lt_engine {
   explicit lt_engine(const lt::Config& c) : core(c) {}
   lt::proto::Engine core;
+  // Request ids leave the library XORed with this: an id of another engine
+  // (or a made-up one) names no request here, with overwhelming
+  // probability, instead of this engine's request in the same slot.
+  const uint64_t req_salt = lt::random_u64();
 };
 
 static_assert(LT_ERR_INVAL == static_cast<int>(lt::Code::kInvalidArg));
@@ -45,6 +50,14 @@ inline int out_rc(const lt::Result<T>& r, U* out) {
   *out = r.value();
   return 0;
 }
+
+// A request id for the caller (see lt_engine::req_salt), and back.
+inline int req_rc(const lt_engine_t* e, const lt::Result<uint64_t>& r, lt_req_t* out) {
+  if (!r.is_ok()) return rc(r.status());
+  *out = r.value() ^ e->req_salt;
+  return 0;
+}
+inline uint64_t req_in(const lt_engine_t* e, lt_req_t req) { return req ^ e->req_salt; }
 
 // Defaults, then the file (explicit path, else $LTIER_CONFIG), then LTIER_*.
 lt::Status load_user_config(const char* explicit_path, lt::Config* c) {
@@ -294,13 +307,13 @@ int LT_compare_swap(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expe
 int LT_fetch_add_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t add, uint64_t* old,
                        lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.fetch_add_async(lmr, offset, add, old), req);
+  return req_rc(e, e->core.fetch_add_async(lmr, offset, add, old), req);
 }
 
 int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_t expected,
                           uint64_t desired, uint64_t* old, lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.compare_swap_async(lmr, offset, expected, desired, old), req);
+  return req_rc(e, e->core.compare_swap_async(lmr, offset, expected, desired, old), req);
 }
 
 int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len) {
@@ -319,7 +332,7 @@ int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size
 int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len,
                   lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.send_async(node, port, buf, len), req);
+  return req_rc(e, e->core.send_async(node, port, buf, len), req);
 }
 
 int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
@@ -341,7 +354,7 @@ int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src
 int LT_recv_async(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
                   lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.recv_async(port, buf, cap, src, len), req);
+  return req_rc(e, e->core.recv_async(port, buf, cap, src, len), req);
 }
 
 int LT_regRPC(lt_engine_t* e, uint32_t func_id, lt_rpc_fn fn, void* ctx) {
@@ -398,7 +411,7 @@ int LT_recvRPC(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_
 int LT_recvRPC_async(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src,
                      size_t* len, lt_rpc_token_t* token, lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.recv_rpc_async(func_id, buf, cap, src, len, token), req);
+  return req_rc(e, e->core.recv_rpc_async(func_id, buf, cap, src, len, token), req);
 }
 
 int LT_replyRPC(lt_engine_t* e, lt_rpc_token_t token, const void* out, size_t out_len, int status) {
@@ -426,12 +439,12 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
 int LT_RPC_async(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
                  void* out, size_t out_cap, size_t* out_len, lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.rpc_async(node, func_id, in, in_len, out, out_cap, out_len), req);
+  return req_rc(e, e->core.rpc_async(node, func_id, in, in_len, out, out_cap, out_len), req);
 }
 
 int LT_cancel(lt_engine_t* e, lt_req_t req) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  return rc(e->core.wait_or_cancel(req, lt::Deadline(0)));
+  return rc(e->core.wait_or_cancel(req_in(e, req), lt::Deadline(0)));
 }
 
 int LT_lock(lt_engine_t* e, const char* name, int64_t timeout_us) {
@@ -452,35 +465,35 @@ int LT_barrier(lt_engine_t* e, const char* name, uint32_t count, int64_t timeout
 int LT_read_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, void* buf, uint64_t len,
                   lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.read_async(lmr, offset, buf, len), req);
+  return req_rc(e, e->core.read_async(lmr, offset, buf, len), req);
 }
 
 int LT_write_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, const void* buf, uint64_t len,
                    lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.write_async(lmr, offset, buf, len), req);
+  return req_rc(e, e->core.write_async(lmr, offset, buf, len), req);
 }
 
 int LT_memset_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, int value, uint64_t len,
                     lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.memset_async(lmr, offset, static_cast<uint8_t>(value), len), req);
+  return req_rc(e, e->core.memset_async(lmr, offset, static_cast<uint8_t>(value), len), req);
 }
 
 int LT_memcpy_async(lt_engine_t* e, lt_lmr_t dst, uint64_t dst_offset, lt_lmr_t src,
                     uint64_t src_offset, uint64_t len, lt_req_t* req) {
   if (e == nullptr || req == nullptr) return -LT_ERR_INVAL;
-  return out_rc(e->core.memcpy_async(dst, dst_offset, src, src_offset, len), req);
+  return req_rc(e, e->core.memcpy_async(dst, dst_offset, src, src_offset, len), req);
 }
 
 int LT_wait(lt_engine_t* e, lt_req_t req, int64_t timeout_us) {
   if (e == nullptr) return -LT_ERR_INVAL;
-  return rc(e->core.wait(req, user_deadline(e, timeout_us)));
+  return rc(e->core.wait(req_in(e, req), user_deadline(e, timeout_us)));
 }
 
 int LT_test(lt_engine_t* e, lt_req_t req, int* done) {
   if (e == nullptr || done == nullptr) return -LT_ERR_INVAL;
-  lt::Status s = e->core.test(req);
+  lt::Status s = e->core.test(req_in(e, req));
   if (s.code() == lt::Code::kNoResource) {
     *done = 0;
     return 0;

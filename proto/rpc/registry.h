@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/siphash.h"
 #include "common/status.h"
 #include "proto/msg/ports.h"
 
@@ -86,7 +87,9 @@ class RpcRegistry {
 };
 
 /// Reply tokens of a server loop: a request taken by LT_recvRPC is answered
-/// by LT_replyRPC naming its token, once. Thread-safe.
+/// by LT_replyRPC naming its token, once. Tokens are a count XORed with a
+/// random salt, so another engine's token (or a made-up one) is unknown
+/// here. Thread-safe.
 class ReplyTokens {
  public:
   struct Caller {
@@ -95,7 +98,7 @@ class ReplyTokens {
   };
   uint64_t add(Caller c) {
     std::lock_guard<std::mutex> g(mu_);
-    uint64_t t = next_++;
+    uint64_t t = next_++ ^ salt_;
     pending_[t] = c;
     return t;
   }
@@ -113,6 +116,7 @@ class ReplyTokens {
   std::mutex mu_;
   std::unordered_map<uint64_t, Caller> pending_;
   uint64_t next_ = 1;
+  const uint64_t salt_ = random_u64();
 };
 
 }  // namespace lt::proto

@@ -5,8 +5,9 @@
  * last and set only on success. All functions are thread-safe, with two
  * exceptions: LT_leave must not race other calls on the same engine, and a
  * request (lt_req_t) is waited on or tested by one thread at a time. Handles (lt_lmr_t, lt_req_t)
- * are opaque 64-bit values local to this process and unforgeable: a stale, forged or foreign handle
- * gives -LT_ERR_BAD_HANDLE and touches no memory. No remote address or key is ever visible here.
+ * are opaque 64-bit values local to this process and unforgeable (a random tag or salt per engine):
+ * a stale, forged or foreign handle gives -LT_ERR_BAD_HANDLE and touches no memory. No remote
+ * address or key is ever visible here.
  *
  * Blocking calls wait at most engine.op_timeout_ms (config; default 10 s) and
  * then return -LT_ERR_TIMEDOUT; a waiting caller spins for engine.spin_us and
