@@ -812,6 +812,31 @@ void run_ring(const std::vector<std::string>& extra) {
 
 TEST(Tools, LtierRunRing) { run_ring({}); }
 
+// ltier-run stops the ranks' programs themselves, not only the shells that
+// run them, when it times out or is terminated.
+TEST(Tools, LtierRunStopsItsRanks) {
+  // A sleep whose length names this test run: no other process has it.
+  const std::string secs = std::to_string(1000 + getpid() % 5000);
+  auto ranks_left = [&] { return shell("pgrep -f '^sleep " + secs + "$' >/dev/null") == 0; };
+  auto wait_gone = [&] {
+    for (int i = 0; i < 100 && ranks_left(); ++i) usleep(50000);
+    return !ranks_left();
+  };
+  {
+    Proc p({Cluster::bin("ltier-run"), "-n", "2", "--timeout", "1", "--", "sleep", secs}, {});
+    EXPECT_EQ(p.wait_exit(30000), 124);
+    EXPECT_TRUE(wait_gone()) << "a rank's program outlived ltier-run's timeout";
+  }
+  {
+    Proc p({Cluster::bin("ltier-run"), "-n", "2", "--timeout", "60", "--", "sleep", secs}, {});
+    for (int i = 0; i < 100 && !ranks_left(); ++i) usleep(50000);
+    ASSERT_TRUE(ranks_left()) << "the ranks did not start";
+    p.signal(SIGTERM);
+    EXPECT_EQ(p.wait_exit(30000), 130);
+    EXPECT_TRUE(wait_gone()) << "a rank's program outlived ltier-run's SIGTERM";
+  }
+}
+
 // LITE's applications on the public API, run as a user would with ltier-run.
 TEST(Examples, AtomicLogAndKvStoreUnderLtierRun) {
   for (const char* ex : {"atomic_log", "kv_store"}) {
