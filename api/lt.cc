@@ -213,6 +213,28 @@ int LT_nodes(lt_engine_t* e, lt_node_t* ids, size_t cap, size_t* n) {
   return 0;
 }
 
+int LT_node_info(lt_engine_t* e, lt_node_t node, lt_node_info_t* out) {
+  if (e == nullptr || out == nullptr) return -LT_ERR_INVAL;
+  auto m = e->core.node_info(node);
+  if (!m) return rc(m.status());
+  out->id = m->node;
+  out->rank = m->rank;
+  size_t n = std::min(m->name.size(), sizeof(out->name) - 1);
+  std::memcpy(out->name, m->name.data(), n);
+  out->name[n] = 0;
+  return 0;
+}
+
+int LT_node_by_name(lt_engine_t* e, const char* name, int64_t timeout_us, lt_node_t* node) {
+  if (e == nullptr || name == nullptr || node == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.node_by_name(name, user_deadline(e, timeout_us, TimeoutStart::kNow)), node);
+}
+
+int LT_node_by_rank(lt_engine_t* e, uint32_t rank, int64_t timeout_us, lt_node_t* node) {
+  if (e == nullptr || node == nullptr) return -LT_ERR_INVAL;
+  return out_rc(e->core.node_by_rank(rank, user_deadline(e, timeout_us, TimeoutStart::kNow)), node);
+}
+
 int LT_malloc(lt_engine_t* e, lt_node_t node, uint64_t size, uint32_t rights, lt_lmr_t* out) {
   if (e == nullptr || out == nullptr) return -LT_ERR_INVAL;
   return out_rc(e->core.malloc(node, size, rights, deadline(e)), out);

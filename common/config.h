@@ -17,6 +17,7 @@ struct ClusterConfig {
   std::string manager = "127.0.0.1:7700";  // host:port of ltier-manager
   std::string secret = "ltier-dev-secret";
   std::string node_name;            // default: hostname.pid
+  std::string rank;                 // this process's rank in a launched job; empty: none
   uint32_t join_timeout_ms = 5000;  // LT_join gives up after this
 };
 

@@ -76,22 +76,14 @@ int main(int argc, char** argv) {
   if (rc == 0) rc = LT_regRPC(e, kGet, get, &shard);
   if (rc != 0) return fail("LT_regRPC", rc);
 
-  // Directory rank -> node id, in an LMR on rank 0's node.
-  lt_lmr_t dir;
-  if (rank == 0) {
-    rc = LT_malloc(e, LT_node_id(e), 8 * nprocs, LT_RW, &dir);
-    if (rc == 0) rc = LT_publish(e, dir, "kv.dir", LT_RW);
-  }
-  if (rc == 0) rc = LT_barrier(e, "kv.dir.ready", nprocs, -1);
-  if (rc == 0 && rank != 0) rc = LT_map(e, "kv.dir", LT_RW, &dir);
-  uint64_t me = LT_node_id(e);
-  if (rc == 0) rc = LT_write(e, dir, 8 * rank, &me, 8);
-  if (rc == 0) rc = LT_barrier(e, "kv.dir.full", nprocs, -1);
-  std::vector<uint64_t> node_of(nprocs);
-  if (rc == 0) rc = LT_read(e, dir, 0, node_of.data(), 8 * nprocs);
-  if (rc != 0) return fail("directory", rc);
+  // Shard i lives on rank i: its node, waiting for ranks that join later.
+  std::vector<lt_node_t> node_of(nprocs);
+  for (int i = 0; i < nprocs && rc == 0; ++i) rc = LT_node_by_rank(e, i, -1, &node_of[i]);
+  if (rc != 0) return fail("LT_node_by_rank", rc);
+  // Every shard's handlers are registered before anyone calls.
+  if (int b = LT_barrier(e, "kv.ready", nprocs, -1)) return fail("LT_barrier", b);
   auto shard_node = [&](const std::string& k) {
-    return static_cast<lt_node_t>(node_of[std::hash<std::string>{}(k) % nprocs]);
+    return node_of[std::hash<std::string>{}(k) % nprocs];
   };
 
   auto t0 = std::chrono::steady_clock::now();

@@ -11,6 +11,7 @@ void put_member(wire::Writer& w, const Member& m) {
   w.str(m.name);
   w.str(m.addresses);
   w.str(m.host_id);
+  w.u32(m.rank);
 }
 
 bool get_member(wire::Reader& r, Member* m) {
@@ -18,6 +19,7 @@ bool get_member(wire::Reader& r, Member* m) {
   m->name = std::string(r.str(256));
   m->addresses = std::string(r.str(256));
   m->host_id = std::string(r.str(256));
+  m->rank = r.u32();
   return r.ok() && m->node != 0;
 }
 

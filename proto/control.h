@@ -13,7 +13,8 @@
 namespace lt::proto {
 
 enum class CtlType : uint8_t {
-  kJoin = 1,          // str secret, str name, str addresses, str host_id, str tenant
+  kJoin = 1,          // str secret, str name, str addresses, str host_id, str tenant,
+                      //   u32 rank (kNoRank: none)
   kJoinOk = 2,        // u32 node, u64 cluster_token, u32 heartbeat_ms, u32 down_after_ms, members
   kJoinRefused = 3,   // u8 code, str reason
   kMemberUp = 4,      // member
@@ -35,11 +36,15 @@ inline constexpr uint32_t kMaxMembers = 1024;
 /// peer tables by this bound.
 inline constexpr uint32_t kMaxNodeId = 1024;
 
+/// Member::rank of a node that has none.
+inline constexpr uint32_t kNoRank = UINT32_MAX;
+
 struct Member {
   uint32_t node = 0;
   std::string name;
   std::string addresses;  // transport::format_addresses(); the manager does not read it
   std::string host_id;
+  uint32_t rank = kNoRank;  // its rank in a launched job (cluster.rank), if any
 };
 
 void put_member(wire::Writer& w, const Member& m);

@@ -5,6 +5,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
 #include "common/log.h"
 
 namespace lt::proto {
@@ -34,6 +38,42 @@ std::string Engine::local_address(std::string_view transport) const {
   return "";
 }
 
+Result<Member> Engine::node_info(NodeId node) const {
+  if (!joined_.load()) return Code::kNotJoined;
+  for (Member& m : membership_.members()) {
+    if (m.node == node) return std::move(m);
+  }
+  return Code::kNotFound;
+}
+
+namespace {
+// The newest member that `match` accepts, looking again until `d`: a node
+// may join after the caller (all ranks of a job start together).
+template <typename Match>
+Result<NodeId> find_member(const Membership& members, Deadline d, Match&& match) {
+  for (;;) {
+    NodeId found = 0;
+    for (const Member& m : members.members()) {
+      if (match(m) && m.node > found) found = m.node;  // ids grow: the newest
+    }
+    if (found != 0) return found;
+    if (d.expired()) return Code::kNotFound;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+}  // namespace
+
+Result<NodeId> Engine::node_by_name(const std::string& name, Deadline d) const {
+  if (!joined_.load()) return Code::kNotJoined;
+  return find_member(membership_, d, [&](const Member& m) { return m.name == name; });
+}
+
+Result<NodeId> Engine::node_by_rank(uint32_t rank, Deadline d) const {
+  if (!joined_.load()) return Code::kNotJoined;
+  if (rank == kNoRank) return Code::kInvalidArg;
+  return find_member(membership_, d, [&](const Member& m) { return m.rank == rank; });
+}
+
 Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) {
   if (!joined_.load()) return Code::kNotJoined;
   if (node == self()) return std::pair<std::string, std::string>{"self", "this node"};
@@ -54,12 +94,23 @@ Status Engine::join() {
              config_.engine.msg_credits, config_.engine.rpc_ring_slots);
     return Code::kInvalidArg;
   }
+  uint32_t rank = kNoRank;
+  if (const std::string& r = config_.cluster.rank; !r.empty()) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(r.c_str(), &end, 10);
+    if (r.find_first_not_of("0123456789") != std::string::npos || *end != 0 || v >= kNoRank) {
+      LT_ERROR("cluster.rank (LTIER_RANK) '%s' is not a rank: a whole number below %u", r.c_str(),
+               kNoRank);
+      return Code::kInvalidArg;
+    }
+    rank = static_cast<uint32_t>(v);
+  }
   LT_RETURN_IF_ERROR(transports_.build(config_));
   max_payload_ = transports_.max_msg();
   const std::string addresses = transport::format_addresses(transports_.addresses());
   Deadline d = Deadline::after_ms(config_.cluster.join_timeout_ms);
   LT_DEBUG("join: transports up at %s", addresses.c_str());
-  LT_RETURN_IF_ERROR(membership_.join(config_.cluster, config_.qos.tenant, addresses, d));
+  LT_RETURN_IF_ERROR(membership_.join(config_.cluster, config_.qos.tenant, addresses, rank, d));
   LT_DEBUG("join: admitted as node %u", membership_.self());
   for (auto& t : transports_.all())
     t->set_identity(membership_.self(), membership_.cluster_token());

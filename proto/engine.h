@@ -78,6 +78,13 @@ class Engine {
   std::vector<Member> members() const { return membership_.members(); }
   Deadline default_deadline() const { return Deadline::lazy_ms(config_.engine.op_timeout_ms); }
   const Config& config() const { return config_; }
+  /// The address book's record of `node` (this node's included): kNotFound.
+  Result<Member> node_info(NodeId node) const;
+  /// The node called `name` (the newest, if several have that name), or
+  /// the one that joined with cluster.rank `rank`, waiting until `d` for it
+  /// to join: kNotFound when none has by then.
+  Result<NodeId> node_by_name(const std::string& name, Deadline d) const;
+  Result<NodeId> node_by_rank(uint32_t rank, Deadline d) const;
   /// The address this node publishes for `transport` ("" when it does not run it).
   std::string local_address(std::string_view transport) const;
   /// The transport this node uses for `node` ("tcp", "shm", "self") and

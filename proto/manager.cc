@@ -208,6 +208,7 @@ void Manager::on_join(Client* c, wire::Reader& r) {
   m.host_id = std::string(r.str(256));
   std::string_view tenant = r.str(256);
   (void)tenant;
+  m.rank = r.u32();
   if (!r.ok() || !r.at_end()) return drop(c, "malformed join");
   bool auth = !same_secret(opt_.secret, secret);
   if (auth || members_.size() >= kMaxMembers || next_node_ >= kMaxNodeId) {

@@ -19,7 +19,7 @@ Status Membership::send_frame(const std::string& f, Deadline d) {
 }
 
 Status Membership::join(const ClusterConfig& c, const std::string& tenant,
-                        const std::string& addresses, Deadline d) {
+                        const std::string& addresses, uint32_t rank, Deadline d) {
   std::string host;
   uint16_t port = 0;
   sockaddr_in addr{};
@@ -47,6 +47,7 @@ Status Membership::join(const ClusterConfig& c, const std::string& tenant,
   w.str(addresses);
   w.str(net::host_id());
   w.str(tenant);
+  w.u32(rank);
   finish_ctl(&f);
   LT_RETURN_IF_ERROR(send_frame(f, d));
   std::string payload;

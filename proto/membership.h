@@ -41,7 +41,7 @@ class Membership {
   /// Blocks until the manager admits or refuses this node. kAuth for a wrong
   /// secret, kPeerDown when the manager cannot be reached, kTimedOut.
   Status join(const ClusterConfig& c, const std::string& tenant, const std::string& addresses,
-              Deadline d);
+              uint32_t rank, Deadline d);
   void leave();
 
   NodeId self() const { return self_; }

@@ -321,6 +321,30 @@ std::string cmd_fadd_async(lt_engine_t* e, Args& a) {
   return rc ? err(rc) : "ok " + std::to_string(old);
 }
 
+std::string cmd_node_info(lt_engine_t* e, Args& a) {
+  lt_node_info_t info;
+  int rc = LT_node_info(e, a.u32(), &info);
+  if (rc) return err(rc);
+  std::string rank = info.rank == LT_NO_RANK ? "-" : std::to_string(info.rank);
+  return "ok " + std::to_string(info.id) + " " + rank + " " + info.name;
+}
+
+std::string cmd_node_by_name(lt_engine_t* e, Args& a) {
+  std::string name = a.word();
+  int64_t timeout_us = a.optional_timeout_us();
+  lt_node_t node = 0;
+  int rc = LT_node_by_name(e, name.c_str(), timeout_us < 0 ? 0 : timeout_us, &node);
+  return rc ? err(rc) : "ok " + std::to_string(node);
+}
+
+std::string cmd_node_by_rank(lt_engine_t* e, Args& a) {
+  uint32_t rank = a.u32();
+  int64_t timeout_us = a.optional_timeout_us();
+  lt_node_t node = 0;
+  int rc = LT_node_by_rank(e, rank, timeout_us < 0 ? 0 : timeout_us, &node);
+  return rc ? err(rc) : "ok " + std::to_string(node);
+}
+
 std::string cmd_cas(lt_engine_t* e, Args& a) {
   lt_lmr_t h = a.u64();
   uint64_t off = a.u64(), expected = a.u64(), desired = a.u64(), old = 0;
@@ -727,6 +751,11 @@ struct Command {
 constexpr Command kCommands[] = {
     {"id", "-> ok NODE_ID", cmd_id},
     {"nodes", "-> ok ID ID ...", cmd_nodes},
+    {"node_info", "NODE -> ok ID RANK NAME (LT_node_info; RANK '-' when none)", cmd_node_info},
+    {"node_by_name", "NAME [TIMEOUT_MS] -> ok ID (LT_node_by_name; no timeout: look once)",
+     cmd_node_by_name},
+    {"node_by_rank", "RANK [TIMEOUT_MS] -> ok ID (LT_node_by_rank; no timeout: look once)",
+     cmd_node_by_rank},
     {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, tcp or self)", cmd_transport},
     {"address", "-> ok HOST:PORT (this node's tcp transport)", cmd_address},
     {"malloc", "NODE SIZE RIGHTS -> ok HANDLE (RIGHTS: r, w, rw)", cmd_malloc},

@@ -188,7 +188,8 @@ std::string name_reply(uint64_t req, Code code, uint32_t node) {
 
 void control_seeds() {
   using proto::CtlType;
-  const std::string join = ctl(CtlType::kJoin, strs({"s", "node", "127.0.0.1:1", "h", "t"}));
+  const std::string join =
+      ctl(CtlType::kJoin, strs({"s", "node", "127.0.0.1:1", "h", "t"}) + u32(proto::kNoRank));
   put("control", "join", u8(0) + join);
   put("control", "join-ok",
       u8(1) + join_ok(2, {member(2, "b", "tcp=127.0.0.1:2"), member(1, "a", "127.0.0.1:1")}));
@@ -218,7 +219,8 @@ std::string rec(int conn, bool sync, const std::string& bytes) {
 void manager_seeds() {
   using proto::CtlType;
   auto join = [](const std::string& secret, const std::string& name) {
-    return ctl(CtlType::kJoin, strs({secret, name, "tcp=127.0.0.1:1", "host", "tenant"}));
+    return ctl(CtlType::kJoin,
+               strs({secret, name, "tcp=127.0.0.1:1", "host", "tenant"}) + u32(proto::kNoRank));
   };
   put("manager", "join-leave",
       u8(0) + rec(0, true, join("s", "a")) + rec(0, false, ctl(CtlType::kHeartbeat, "")) +

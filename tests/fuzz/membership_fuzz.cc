@@ -97,7 +97,7 @@ class FakeManager {
       ::poll(&p, 1, 5);
     }
     net::Fd conn(fd);
-    // The node's kJoin: five strings, nothing else.
+    // The node's kJoin: five strings and a rank, nothing else.
     CtlStream in;
     std::string join;
     for (;;) {
@@ -112,6 +112,7 @@ class FakeManager {
     wire::Reader r(fuzz::as_bytes(join));
     FUZZ_CHECK(r.u8() == static_cast<uint8_t>(CtlType::kJoin), "not a kJoin");
     for (int i = 0; i < 5; ++i) r.str(1024);
+    r.u32();
     FUZZ_CHECK(r.ok() && r.at_end(), "a kJoin that does not decode");
     (void)net::write_all(fd, reply.data(), reply.size(), d);
     ::shutdown(fd, SHUT_WR);
@@ -181,7 +182,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.node_name = "fuzz";
     Membership m;
     Deadline d = Deadline::after_ms(kWaitMs);
-    lt::Status s = m.join(c, "tenant", "tcp=127.0.0.1:1 shm=shm:1:x", d);
+    lt::Status s = m.join(c, "tenant", "tcp=127.0.0.1:1 shm=shm:1:x", kNoRank, d);
     const Code code = s.code();
     FUZZ_CHECK(code == Code::kOk || code == Code::kAuth || code == Code::kNoResource ||
                    code == Code::kMalformed || code == Code::kPeerDown,

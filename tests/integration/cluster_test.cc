@@ -812,6 +812,36 @@ void run_ring(const std::vector<std::string>& extra) {
 
 TEST(Tools, LtierRunRing) { run_ring({}); }
 
+// Nodes are found by their name and by the rank a launcher gave them
+// (LTIER_RANK, as ltier-run sets it), and a node that joins later is waited for.
+TEST(Names, NodesByNameAndRank) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  Proc* a = cluster.add_node({"LTIER_RANK=0", "LTIER_NODE_NAME=alpha"});
+  Proc* b = cluster.add_node({"LTIER_RANK=1", "LTIER_NODE_NAME=beta"});
+  Proc* c = cluster.add_node({"LTIER_NODE_NAME=gamma"});
+  ASSERT_TRUE(a && b && c);
+  std::string ia = id_of(a), ib = id_of(b), ic = id_of(c);
+  EXPECT_EQ(a->cmd("node_by_rank 1"), "ok " + ib);
+  EXPECT_EQ(c->cmd("node_by_rank 0"), "ok " + ia);
+  EXPECT_EQ(a->cmd("node_by_name gamma"), "ok " + ic);
+  EXPECT_EQ(b->cmd("node_by_name beta"), "ok " + ib) << "a node finds itself";
+  EXPECT_EQ(a->cmd("node_info " + ib), "ok " + ib + " 1 beta");
+  EXPECT_EQ(a->cmd("node_info " + ic), "ok " + ic + " - gamma");
+  EXPECT_EQ(a->cmd("node_by_rank 7"), "err LT_ERR_NOT_FOUND");
+  EXPECT_EQ(a->cmd("node_by_name nobody"), "err LT_ERR_NOT_FOUND");
+  EXPECT_EQ(a->cmd("node_info 999"), "err LT_ERR_NOT_FOUND");
+  // A rank that has not joined yet is waited for.
+  ASSERT_TRUE(a->send("node_by_rank 2 20000"));
+  Proc* d = cluster.add_node({"LTIER_RANK=2"});
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(a->read_line(20000), "ok " + id_of(d));
+  // A rank that is not a number is refused at LT_join.
+  std::string line;
+  EXPECT_EQ(cluster.add_node({"LTIER_RANK=two"}, {}, &line), nullptr);
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
+}
+
 // ltier-run stops the ranks' programs themselves, not only the shells that
 // run them, when it times out or is terminated.
 TEST(Tools, LtierRunStopsItsRanks) {

@@ -83,6 +83,24 @@ int LT_local_address(const lt_engine_t* e, char* buf, size_t cap);
  * are written. */
 int LT_nodes(lt_engine_t* e, lt_node_t* ids, size_t cap, size_t* n);
 
+/* A node as the address book knows it. rank is the cluster.rank it joined with
+ * (LTIER_RANK, which ltier-run sets), or LT_NO_RANK; name is its
+ * cluster.node_name (LTIER_NODE_NAME; default host.pid), NUL-terminated. */
+#define LT_NO_RANK UINT32_MAX
+typedef struct lt_node_info {
+  lt_node_t id;
+  uint32_t rank;
+  char name[257];
+} lt_node_info_t;
+/* -LT_ERR_NOT_FOUND when `node` is not a live node. */
+int LT_node_info(lt_engine_t* e, lt_node_t node, lt_node_info_t* out);
+/* The node called `name` (the newest, if several have it), or the node that
+ * joined with rank `rank`. A node that has not joined yet is waited for up to
+ * timeout_us (0: look once; negative: engine.op_timeout_ms), then
+ * -LT_ERR_NOT_FOUND. */
+int LT_node_by_name(lt_engine_t* e, const char* name, int64_t timeout_us, lt_node_t* node);
+int LT_node_by_rank(lt_engine_t* e, uint32_t rank, int64_t timeout_us, lt_node_t* node);
+
 /* Allocates size bytes (zeroed) on `node`; this process becomes the LMR's
  * master and gets a handle with `rights`. */
 int LT_malloc(lt_engine_t* e, lt_node_t node, uint64_t size, uint32_t rights, lt_lmr_t* out);

@@ -218,7 +218,7 @@ TEST_F(CtlStreamTest, UnboundedBufferingIsRefused) {
 }
 
 TEST(MemberTest, RoundTrip) {
-  Member m{7, "node-a", "10.1.2.3:7000", "boot/123"};
+  Member m{7, "node-a", "10.1.2.3:7000", "boot/123", 4};
   std::string buf;
   wire::Writer w(&buf);
   put_member(w, m);
@@ -230,6 +230,7 @@ TEST(MemberTest, RoundTrip) {
   EXPECT_EQ(got.name, "node-a");
   EXPECT_EQ(got.addresses, "10.1.2.3:7000");
   EXPECT_EQ(got.host_id, "boot/123");
+  EXPECT_EQ(got.rank, 4u);
   EXPECT_EQ(r.u32(), 0xfeedu);
   EXPECT_TRUE(r.ok() && r.at_end());
 }

@@ -72,6 +72,7 @@ class ManagerTest : public ::testing::Test {
     std::string f = begin_ctl(CtlType::kJoin);
     wire::Writer w(&f);
     for (const char* s : {"s", "n", "127.0.0.1:1", "h", "t"}) w.str(s);
+    w.u32(kNoRank);
     finish_ctl(&f);
     EXPECT_TRUE(net::write_all(fd->get(), f.data(), f.size(), Deadline::after_ms(2000)).is_ok());
     EXPECT_EQ(next_type(fd->get()), CtlType::kJoinOk);
