@@ -62,21 +62,15 @@ class ManagerTest : public ::testing::Test {
   }
   // A joined client connection.
   net::Fd join() {
-    std::string host;
-    uint16_t port = 0;
-    sockaddr_in a{};
-    EXPECT_TRUE(parse_host_port(m_->address(), &host, &port).is_ok());
-    EXPECT_TRUE(net::resolve(host, port, &a).is_ok());
-    auto fd = net::connect_tcp(a, Deadline::after_ms(2000));
-    EXPECT_TRUE(fd.is_ok());
+    net::Fd fd = idle();
     std::string f = begin_ctl(CtlType::kJoin);
     wire::Writer w(&f);
     for (const char* s : {"s", "n", "127.0.0.1:1", "h", "t"}) w.str(s);
     w.u32(kNoRank);
     finish_ctl(&f);
-    EXPECT_TRUE(net::write_all(fd->get(), f.data(), f.size(), Deadline::after_ms(2000)).is_ok());
-    EXPECT_EQ(next_type(fd->get()), CtlType::kJoinOk);
-    return std::move(fd.value());
+    EXPECT_TRUE(net::write_all(fd.get(), f.data(), f.size(), Deadline::after_ms(2000)).is_ok());
+    EXPECT_EQ(next_type(fd.get()), CtlType::kJoinOk);
+    return fd;
   }
   // A request (req, name[, count]); kBarrier carries the count.
   void send(int fd, CtlType t, uint64_t req, const std::string& name, uint32_t count) {
