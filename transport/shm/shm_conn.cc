@@ -1,0 +1,359 @@
+// ShmConn: the producer side (ring writes, fragmentation, the backlog) and
+// one-sided operations straight on a peer's mapped memory.
+#include "transport/shm/shm_conn.h"
+
+#include <cinttypes>
+
+namespace lt::transport::shm {
+
+bool ShmConn::single_fits_locked(size_t len) {
+  uint64_t rec = record_bytes(len);
+  uint64_t contig = ring_ - (tx_head_ & mask_);
+  return room_locked(rec <= contig ? rec : contig + rec);
+}
+
+bool ShmConn::write_single_locked(const Gather& g, size_t len, uint32_t imm) {
+  uint64_t rec = record_bytes(len);
+  uint64_t idx = tx_head_ & mask_, contig = ring_ - idx;
+  if (!room_locked(rec <= contig ? rec : contig + rec)) return false;
+  if (rec > contig) {
+    write_pad_locked(idx, contig);
+    idx = 0;
+  }
+  write_header(idx, RecKind::kMsg, len, imm, 0);
+  g.copy(tx_ring_ + idx + kRecHdr, g.base, len);
+  publish_record(idx, rec);
+  return true;
+}
+
+// Writes the fragments of message bytes [off, total) that fit now; returns the
+// new offset. Fragments shrink to the room there is rather than wait for a
+// whole one, but never below kMinFragRecord (or a quarter ring).
+size_t ShmConn::write_frags_locked(const Gather& g, size_t total, uint32_t imm, size_t off) {
+  const uint64_t min_rec = std::min<uint64_t>(kMinFragRecord, max_rec_);
+  while (off < total) {
+    uint64_t p = std::min<uint64_t>(total - off, max_frag_);
+    uint64_t rec = record_bytes(p);
+    uint64_t idx = tx_head_ & mask_, contig = ring_ - idx;
+    if (contig < rec && contig < min_rec) {  // too little before the end: pad
+      if (!room_locked(contig)) break;
+      write_pad_locked(idx, contig);
+      continue;
+    }
+    uint64_t room = std::min(rec, contig);
+    if (!room_locked(room)) {
+      uint64_t free = ring_ - (tx_head_ - tx_tail_);
+      if (free < min_rec) break;
+      room = free;
+    }
+    if (room < rec) {
+      p = room - kRecHdr;
+      rec = room;
+    }
+    write_header(idx, off == 0 ? RecKind::kFragFirst : RecKind::kFrag, p, off == 0 ? imm : 0,
+                 off == 0 ? total : 0);
+    g.copy(tx_ring_ + idx + kRecHdr, off, p);
+    publish_record(idx, rec);
+    off += p;
+  }
+  return off;
+}
+
+// Backlog policy: a message that fits in one record goes into the ring or is
+// refused (back-pressure), unless kWrMustQueue. A larger message is accepted
+// whenever the backlog is empty: what the ring cannot take now waits there.
+// So the backlog holds at most one message plus kWrMustQueue ones, and while
+// it is not empty everything else is refused, which keeps the order.
+bool ShmConn::enqueue_locked(const Gather& g, size_t len, uint32_t imm, bool must_queue) {
+  if (!backlog_.empty()) return must_queue && to_backlog_locked(g, len, imm, 0);
+  if (len <= max_single_) {
+    if (write_single_locked(g, len, imm)) return true;
+    return must_queue && to_backlog_locked(g, len, imm, 0);
+  }
+  size_t off = write_frags_locked(g, len, imm, 0);
+  return off == len || to_backlog_locked(g, len, imm, off);
+}
+
+bool ShmConn::to_backlog_locked(const Gather& g, size_t len, uint32_t imm, size_t off) {
+  Pending p;
+  p.buf.reset(new (std::nothrow) std::byte[std::max<size_t>(len - off, 1)]);
+  if (p.buf == nullptr) return false;  // refused: back-pressure
+  g.copy(p.buf.get(), off, len - off);
+  p.base = off;
+  p.off = off;
+  p.total = len;
+  p.imm = imm;
+  backlog_.push_back(std::move(p));
+  has_backlog_.store(true, std::memory_order_seq_cst);
+  return true;
+}
+
+bool ShmConn::flush_locked() {
+  bool wrote = false;
+  while (!backlog_.empty()) {
+    Pending& p = backlog_.front();
+    Gather g;
+    g.k = 1;
+    g.p[0] = p.buf.get();
+    g.n[0] = p.total - p.base;
+    g.base = p.base;
+    if (p.off == 0 && p.total <= max_single_) {
+      if (!write_single_locked(g, p.total, p.imm)) break;
+    } else {
+      size_t o = write_frags_locked(g, p.total, p.imm, p.off);
+      wrote |= o != p.off;
+      p.off = o;
+      if (o < p.total) break;
+    }
+    wrote = true;
+    backlog_.pop_front();
+  }
+  if (backlog_.empty()) has_backlog_.store(false, std::memory_order_release);
+  return wrote;
+}
+
+Status ShmConn::check(const WorkRequest& wr, size_t* len) const {
+  if (wr.num_sge > kMaxSge) return Code::kInvalidArg;
+  size_t l = 0;
+  for (int i = 0; i < wr.num_sge; ++i) l += wr.sge[i].len;
+  switch (wr.op) {
+    case Op::kSend:
+      if (l > max_msg_) return Code::kInvalidArg;
+      break;
+    case Op::kWrite:
+    case Op::kWriteImm:
+    case Op::kRead:
+      break;
+    case Op::kFetchAdd:
+    case Op::kCmpSwap:
+      if (wr.num_sge < 1 || wr.sge[0].len < 8 || wr.sge[0].addr == nullptr) {
+        return Code::kInvalidArg;
+      }
+      l = 8;
+      break;
+    default:
+      return Code::kInvalidArg;
+  }
+  *len = l;
+  return Status::ok();
+}
+
+Result<std::shared_ptr<RemoteMap>> ShmConn::remote_map(uint64_t rkey) {
+  {
+    std::lock_guard<SpinLock> g(map_lock_);
+    for (auto& [k, m] : maps_) {
+      if (k == rkey) return m;
+    }
+  }
+  // First use of this region: open the owner's memfd through /proc (same uid)
+  // and check that it is the file the rkey names.
+  if (rkey_ino(rkey) == 0) return Code::kBadHandle;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/fd/%d", static_cast<int>(peer_pid_), rkey_fd(rkey));
+  net::Fd f(::open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
+  if (!f.valid() && errno == ELOOP) f.reset(::open(path, O_RDWR | O_CLOEXEC | O_NOCTTY));
+  if (!f.valid()) {
+    LT_DEBUG("shm: rkey %#" PRIx64 " of node %u: cannot open %s: %s", rkey, peer_.load(), path,
+             strerror(errno));
+    return Code::kBadHandle;
+  }
+  struct stat st;
+  int seals = ::fcntl(f.get(), F_GET_SEALS);
+  if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != memfd_dev_ ||
+      static_cast<uint32_t>(st.st_ino) != rkey_ino(rkey) || st.st_uid != ::geteuid() ||
+      st.st_size <= 0 || seals < 0 || !(seals & F_SEAL_SHRINK)) {
+    LT_DEBUG("shm: rkey %#" PRIx64 " of node %u names no alloc_memory region", rkey, peer_.load());
+    return Code::kBadHandle;
+  }
+  size_t len = static_cast<size_t>(st.st_size);
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, f.get(), 0);
+  if (p == MAP_FAILED) {
+    LT_WARN("shm: mapping a region of node %u (%zu bytes): %s", peer_.load(), len, strerror(errno));
+    return Code::kNoMemory;
+  }
+  auto m = std::make_shared<RemoteMap>(static_cast<std::byte*>(p), len);
+  std::shared_ptr<RemoteMap> evicted;  // unmapped after the lock is dropped
+  std::lock_guard<SpinLock> g(map_lock_);
+  for (auto& [k, old] : maps_) {
+    if (k == rkey) return old;  // another thread mapped it meanwhile; ours goes
+  }
+  if (maps_.size() >= kMaxRemoteMaps) {
+    evicted = std::move(maps_.front().second);
+    maps_.erase(maps_.begin());
+  }
+  maps_.emplace_back(rkey, m);
+  return m;
+}
+
+// Native one-sided op, done here and now. Checks come first so a refused op
+// touches nothing. kWriteImm also queues a zero-length record with the imm;
+// the written bytes are in place before that record is published.
+// kWrite (or kRead) of ordinary peer memory named by a placement rkey: one
+// copy by the kernel between the two address spaces. The peer registered the
+// range; the kernel refuses what is not mapped there (kOutOfBounds).
+Status ShmConn::place(const WorkRequest& wr, size_t len) const {
+  if (!t_->caps_.placement) return Code::kBadHandle;
+  if (wr.op != Op::kWrite && wr.op != Op::kRead) return Code::kUnsupported;
+  Access need = wr.op == Op::kWrite ? Access::kRemoteWrite : Access::kRemoteRead;
+  if (!has_access(rkey_access(wr.remote.rkey), need)) return Code::kPerm;
+  if (len == 0) return Status::ok();
+  if (wr.remote.addr > UINTPTR_MAX - len) return Code::kOutOfBounds;
+  iovec local[kMaxSge];
+  int n = 0;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    if (wr.sge[i].len == 0) continue;
+    local[n++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
+  }
+  size_t done = 0;
+  while (done < len) {
+    // Resume after a partial copy: skip what went already.
+    iovec l[kMaxSge];
+    int ln = 0;
+    size_t skip = done;
+    for (int i = 0; i < n; ++i) {
+      if (skip >= local[i].iov_len) {
+        skip -= local[i].iov_len;
+        continue;
+      }
+      l[ln++] = {static_cast<std::byte*>(local[i].iov_base) + skip, local[i].iov_len - skip};
+      skip = 0;
+    }
+    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(wr.remote.addr) + done), len - done};
+    ssize_t k = wr.op == Op::kWrite
+                    ? ::process_vm_writev(peer_pid_, l, static_cast<unsigned long>(ln), &r, 1, 0)
+                    : ::process_vm_readv(peer_pid_, l, static_cast<unsigned long>(ln), &r, 1, 0);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+      continue;
+    }
+    int e = k == 0 ? EFAULT : errno;
+    if (e == EINTR) continue;
+    LT_DEBUG("shm: cross-memory %s of %zu bytes at node %u: %s",
+             wr.op == Op::kWrite ? "write" : "read", len, peer_.load(), strerror(e));
+    switch (e) {
+      case EFAULT:
+        return Code::kOutOfBounds;
+      case ESRCH:
+        return Code::kPeerDown;
+      case EPERM:
+        return Code::kPerm;
+      case ENOMEM:
+        return Code::kNoMemory;
+      default:
+        return Code::kSys;
+    }
+  }
+  return Status::ok();
+}
+
+Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell) {
+  if (is_place_rkey(wr.remote.rkey)) return place(wr, len);
+  std::shared_ptr<RemoteMap> m;
+  std::byte* target = nullptr;
+  if (len > 0) {
+    auto r = remote_map(wr.remote.rkey);
+    if (!r.is_ok()) return r.status();
+    m = std::move(r.value());
+    Access need = wr.op == Op::kRead       ? Access::kRemoteRead
+                  : wr.op == Op::kWrite    ? Access::kRemoteWrite
+                  : wr.op == Op::kWriteImm ? Access::kRemoteWrite
+                                           : Access::kRemoteAtomic;
+    if (!has_access(rkey_access(wr.remote.rkey), need)) return Code::kPerm;
+    if (wr.remote.addr > m->len || len > m->len - wr.remote.addr) return Code::kOutOfBounds;
+    target = m->addr + wr.remote.addr;
+  }
+  switch (wr.op) {
+    case Op::kWrite:
+      if (len > 0) gather_of(wr).copy(target, 0, len);
+      return Status::ok();
+    case Op::kRead:
+      for (int i = 0; i < wr.num_sge; ++i) {
+        if (wr.sge[i].len == 0) continue;
+        std::memcpy(const_cast<std::byte*>(wr.sge[i].addr), target, wr.sge[i].len);
+        target += wr.sge[i].len;
+      }
+      return Status::ok();
+    case Op::kFetchAdd:
+    case Op::kCmpSwap: {
+      if (wr.remote.addr % 8 != 0) return Code::kAlign;
+      std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(target));
+      uint64_t old;
+      if (wr.op == Op::kFetchAdd) {
+        old = word.fetch_add(wr.operand, std::memory_order_seq_cst);
+      } else {
+        old = wr.compare;
+        word.compare_exchange_strong(old, wr.operand, std::memory_order_seq_cst);
+      }
+      std::memcpy(const_cast<std::byte*>(wr.sge[0].addr), &old, sizeof(old));
+      return Status::ok();
+    }
+    case Op::kWriteImm: {
+      lock_tx();
+      // Room first, so that a refusal writes nothing; then the bytes, then
+      // the record that announces them (its stamp publishes it at once).
+      const bool must_queue = (wr.flags & kWrMustQueue) != 0;
+      if (!must_queue && !(backlog_.empty() && single_fits_locked(0))) {
+        *bell |= unlock_tx();
+        *refused = true;
+        return Status::ok();
+      }
+      if (len > 0) gather_of(wr).copy(target, 0, len);
+      if (!enqueue_locked(Gather{}, 0, wr.imm, must_queue)) *refused = true;  // no memory
+      *bell |= unlock_tx();
+      return Status::ok();
+    }
+    default:
+      return Code::kInvalidArg;
+  }
+}
+
+Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
+  if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
+  const size_t limit = std::min(wrs.size(), kMaxPostBatch);
+  size_t count = 0;
+  Status err;
+  bool locked = false, bell = false;
+  for (; count < limit; ++count) {
+    const WorkRequest& wr = wrs[count];
+    size_t len = 0;
+    err = check(wr, &len);
+    if (!err.is_ok()) break;
+    bool must_queue = (wr.flags & kWrMustQueue) != 0;
+    if (wr.op == Op::kSend) {
+      if (!locked) lock_tx();
+      locked = true;
+      if (!enqueue_locked(gather_of(wr), len, 0, must_queue)) break;  // back-pressure
+      continue;
+    }
+    if (locked) bell |= unlock_tx();  // one-sided ops may open files: no lock held
+    locked = false;
+    bool refused = false;
+    err = one_sided(wr, len, &refused, &bell);
+    if (!err.is_ok() || refused) break;
+  }
+  if (locked) bell |= unlock_tx();
+  if (bell) ring_bell(peer_bell_.get());
+  if (count == 0 && !err.is_ok()) return err;
+  bool kick = false;
+  for (size_t i = 0; i < count; ++i) {
+    if (!(wrs[i].flags & kWrSignaled)) continue;
+    // Done at post: the bytes are in the ring or the backlog, or the remote
+    // memory has been written. Reported through the next poll().
+    Completion c;
+    c.kind = CqKind::kSendDone;
+    c.wr_id = wrs[i].wr_id;
+    c.peer = peer_.load(std::memory_order_relaxed);
+    std::lock_guard<SpinLock> g(t_->done_lock_);
+    t_->send_done_.push_back(c);
+    t_->done_count_.fetch_add(1, std::memory_order_seq_cst);
+    kick = true;
+  }
+  // Work for a poller that may be asleep: a completion, or a backlog only its
+  // poll() flushes.
+  if (kick || has_backlog_.load(std::memory_order_seq_cst)) {
+    if (t_->armed_.load(std::memory_order_seq_cst)) t_->kick();
+  }
+  return count;
+}
+
+}  // namespace lt::transport::shm

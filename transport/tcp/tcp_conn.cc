@@ -1,0 +1,244 @@
+// Conn's send path: frames gathered for one writev, the sending role, the
+// queue of copies behind it, corks, and EPOLLOUT.
+#include "transport/tcp/tcp_conn.h"
+
+#include <cerrno>
+
+#include "common/log.h"
+
+namespace lt::transport::tcp {
+
+// Gathers the frames of wrs (a prefix of at most kMaxPostBatch that the
+// socket takes as they are): an error only when the first is refused.
+Result<size_t> Gather::add(std::span<const WorkRequest> wrs, uint32_t max_msg) {
+  for (const WorkRequest& wr : wrs) {
+    if (count == kMaxPostBatch) break;
+    Code refused = Code::kOk;
+    size_t len = 0;
+    if (wr.op != Op::kSend && wr.op != Op::kWriteImm && wr.op != Op::kWrite) {
+      refused = Code::kUnsupported;
+    } else if (wr.num_sge > kMaxSge) {
+      refused = Code::kInvalidArg;
+    } else {
+      for (int i = 0; i < wr.num_sge; ++i) len += wr.sge[i].len;
+      // A kWrite is no message: the owner buffers none of it, so only the
+      // frame's length field and the owner's registration bound it.
+      if (wr.op == Op::kWrite ? len > UINT32_MAX - kDesc : len > max_msg) {
+        refused = Code::kInvalidArg;
+      }
+    }
+    if (refused != Code::kOk) {
+      if (count == 0) return refused;
+      break;
+    }
+    if (wr.op == Op::kWrite) {
+      // Header, descriptor, then the bytes; the receiver places them.
+      hdrs[count] = wire::make_frame(wire::FrameKind::kWrite, static_cast<uint32_t>(kDesc + len));
+      descs[count] = wire::WriteDesc{wr.remote.addr, wr.remote.rkey};
+      iov[niov++] = {&hdrs[count], kHdr};
+      iov[niov++] = {&descs[count], kDesc};
+      total += kDesc;
+    } else {
+      hdrs[count] =
+          wire::make_frame(wr.op == Op::kSend ? wire::FrameKind::kData : wire::FrameKind::kDataImm,
+                           static_cast<uint32_t>(len), wr.op == Op::kSend ? 0 : wr.imm);
+      iov[niov++] = {&hdrs[count], kHdr};
+    }
+    for (int i = 0; i < wr.num_sge; ++i) {
+      if (wr.sge[i].len == 0) continue;
+      iov[niov++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
+    }
+    total += kHdr + len;
+    more = more && (wr.flags & kWrMore);
+    ++count;
+  }
+  return count;
+}
+
+std::string Gather::copy_from(size_t skip) const {
+  std::string out;
+  out.reserve(total - std::min(skip, total));
+  for (int i = 0; i < niov; ++i) {
+    size_t l = iov[i].iov_len;
+    if (skip >= l) {
+      skip -= l;
+      continue;
+    }
+    out.append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
+    skip = 0;
+  }
+  return out;
+}
+
+Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
+  if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
+  if (wrs.empty()) return size_t{0};
+  Gather g;
+  auto got = g.add(wrs, t_->caps_.max_msg);
+  if (!got) return got;
+  const bool cork = g.more && g.total <= kCorkFrameMax;
+  for (;;) {
+    switch (queue_or_claim(g, cork, wrs[0].flags & kWrMustQueue)) {
+      case Claim::kQueued:
+        return g.count;
+      case Claim::kRefused:
+        return size_t{0};  // back-pressure
+      case Claim::kSend:
+        break;
+    }
+    if (!corked_.load(std::memory_order_relaxed)) break;
+    // Corked frames are waiting (we hold the sending role): they go first.
+    corked_.store(false, std::memory_order_relaxed);
+    drain();  // gives the sending role back; then try again for our frames
+  }
+  ssize_t n = send_iov(g.iov, g.niov);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      LT_DEBUG("tcp: send to node %u failed: %s", peer_.load(), strerror(errno));
+      mark_dead();
+      std::lock_guard<std::mutex> lock(mu_);
+      sending_ = false;
+      return Code::kPeerDown;
+    }
+    n = 0;
+  }
+  if (static_cast<size_t>(n) < g.total) {
+    std::string rest = g.copy_from(static_cast<size_t>(n));
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_ += rest.size();
+    outq_.push_front(std::move(rest));
+    out_off_ = 0;
+  }
+  drain();
+  return g.count;
+}
+
+// Either the frames are queued (someone sends, EPOLLOUT will, or they join
+// or start a cork), refused for back-pressure, or this caller takes the
+// sending role (kSend) and writes them itself.
+Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
+  bool list_cork = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
+      // Someone sends (or EPOLLOUT will), or we join a cork: queue a copy.
+      if (!cork && queued_ > t_->config_.max_queued_bytes && !must_queue) return Claim::kRefused;
+      outq_.push_back(g.copy_from(0));
+      queued_ += g.total;
+      return Claim::kQueued;
+    }
+    if (!cork) {
+      sending_ = true;
+      return Claim::kSend;
+    }
+    // The socket is idle: hold the frames until a post without kWrMore or
+    // flush(), which send the whole batch with one system call.
+    outq_.push_back(g.copy_from(0));
+    queued_ += g.total;
+    corked_ = true;
+    list_cork = !cork_listed_;
+    cork_listed_ = true;
+  }
+  // Held; still listed from an earlier cork (a post without kWrMore sent
+  // that one, and flush() has not run since) or listed now. Either way we
+  // do not hold the sending role: never fall through to drain().
+  if (list_cork) t_->add_corked(shared_from_this());
+  return Claim::kQueued;
+}
+
+void Conn::flush_cork() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    cork_listed_ = false;
+    if (sending_ || !corked_.load(std::memory_order_relaxed)) return;
+    sending_ = true;
+    corked_.store(false, std::memory_order_relaxed);
+  }
+  drain();
+}
+
+Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
+  auto r = post_frames(wrs);
+  if (r.is_ok()) {
+    // Sends complete when posted (the transport owns any unsent bytes), so a
+    // signaled request is reported at once, through the next poll().
+    for (size_t i = 0; i < *r; ++i) {
+      if (wrs[i].flags & kWrSignaled) {
+        Completion c;
+        c.kind = CqKind::kSendDone;
+        c.wr_id = wrs[i].wr_id;
+        c.peer = peer_.load(std::memory_order_relaxed);
+        std::lock_guard<std::mutex> g(t_->done_mu_);
+        t_->send_done_.push_back(c);
+        t_->done_count_.fetch_add(1, std::memory_order_release);
+      }
+    }
+  }
+  return r;
+}
+
+void Conn::drain() {
+  for (;;) {
+    iovec iov[kMaxIov];
+    int niov = 0;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (outq_.empty() || dead_.load(std::memory_order_relaxed)) {
+        sending_ = false;
+        retry_ = false;
+        return;
+      }
+      size_t off = out_off_;
+      for (auto& s : outq_) {
+        if (niov == kMaxIov) break;
+        iov[niov++] = {s.data() + off, s.size() - off};
+        off = 0;
+      }
+    }
+    ssize_t n = send_iov(iov, niov);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::lock_guard<std::mutex> g(mu_);
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (retry_) {
+          retry_ = false;
+          continue;
+        }
+      } else {
+        mark_dead();
+      }
+      sending_ = false;
+      return;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    size_t left = static_cast<size_t>(n);
+    queued_ -= left;
+    while (left > 0) {
+      size_t avail = outq_.front().size() - out_off_;
+      if (avail <= left) {
+        left -= avail;
+        outq_.pop_front();
+        out_off_ = 0;
+      } else {
+        out_off_ += left;
+        left = 0;
+      }
+    }
+  }
+}
+
+void Conn::on_writable() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (sending_) {
+      retry_ = true;
+      return;
+    }
+    if (outq_.empty()) return;
+    sending_ = true;
+    corked_.store(false, std::memory_order_relaxed);
+  }
+  drain();
+}
+
+}  // namespace lt::transport::tcp

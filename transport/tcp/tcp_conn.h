@@ -1,0 +1,132 @@
+// The tcp transport's connection: one socket to one peer, its send path
+// (tcp_conn.cc) and the state its receive path keeps (tcp_read.cc). Private
+// to transport/tcp/.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "common/net.h"
+#include "common/time.h"
+#include "common/wire.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace lt::transport::tcp {
+
+inline constexpr size_t kInitialRx = 64 * 1024;
+inline constexpr size_t kMaxPostBatch = 16;
+inline constexpr int kMaxIov = 64;
+inline constexpr size_t kHdr = sizeof(wire::FrameHeader);
+inline constexpr size_t kDesc = sizeof(wire::WriteDesc);
+inline constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
+inline constexpr size_t kCorkFrameMax = 16 * 1024;   // larger posts go out at once
+inline constexpr size_t kMaxRecv = 256 * 1024;       // bytes one recv() asks for
+inline constexpr size_t kMaxReadPerPoll = 4u << 20;  // bytes read per connection per poll
+
+// The frames of one post, gathered for one writev: each request's header
+// (and a kWrite's descriptor) before its sges.
+struct Gather {
+  wire::FrameHeader hdrs[kMaxPostBatch];
+  wire::WriteDesc descs[kMaxPostBatch];
+  iovec iov[kMaxPostBatch * (2 + kMaxSge)];
+  int niov = 0;
+  size_t count = 0, total = 0;
+  bool more = true;  // every request gathered has kWrMore
+  Result<size_t> add(std::span<const WorkRequest> wrs, uint32_t max_msg);
+  /// The gathered bytes after the first `skip`, copied (for the queue).
+  std::string copy_from(size_t skip) const;
+};
+
+// One socket to one peer. The send side is used by any thread; the receive
+// side only by the poller. Whoever holds `sending_` is the only writer of the
+// socket; everyone else appends copies to `outq_`, so a lock is never held
+// across a system call and frames never interleave.
+class Conn : public std::enable_shared_from_this<Conn> {
+ public:
+  Conn(TcpTransport* t, net::Fd fd, NodeId peer, bool hello_done)
+      : t_(t), fd_(std::move(fd)), peer_(peer), hello_done_(hello_done) {}
+
+  Result<size_t> post(std::span<const WorkRequest> wrs);
+  void on_writable();
+  void flush_cork();
+  uint64_t created_ns_ = now_ns();
+  void mark_dead() {
+    if (!dead_.exchange(true)) ::shutdown(fd_.get(), SHUT_RDWR);
+  }
+
+  TcpTransport* t_;
+  net::Fd fd_;
+  std::atomic<NodeId> peer_;
+  std::atomic<bool> dead_{false};
+
+  // Poller-only.
+  bool hello_done_;
+  bool in_ready_ = false;
+  bool pinned_ = false;
+  bool closed_ = false;
+  // The kWrite being placed straight from the socket: place_left_ bytes to
+  // go at place_at_, inside place_reg_ (held so that its revoked flag stays
+  // readable; the memory itself is guarded by Registration::enter).
+  std::shared_ptr<Registration> place_reg_;
+  std::byte* place_at_ = nullptr;
+  size_t place_left_ = 0;
+  // Receive buffer: not zero-filled, so untouched capacity costs no page
+  // faults; grows to the largest frame seen.
+  std::unique_ptr<std::byte[]> rx_;
+  size_t rx_cap_ = 0;
+  void rx_reserve(size_t n) {
+    if (n <= rx_cap_) return;
+    std::unique_ptr<std::byte[]> b(new std::byte[n]);
+    if (rx_end_ > rx_begin_) std::memcpy(b.get(), rx_.get() + rx_begin_, rx_end_ - rx_begin_);
+    rx_end_ -= rx_begin_;
+    rx_begin_ = 0;
+    rx_ = std::move(b);
+    rx_cap_ = n;
+  }
+  size_t rx_begin_ = 0, rx_end_ = 0;
+
+ private:
+  Result<size_t> post_frames(std::span<const WorkRequest> wrs);
+  enum class Claim : uint8_t { kQueued, kRefused, kSend };
+  Claim queue_or_claim(const Gather& g, bool cork, bool must_queue);
+  void drain();  // caller holds the sending role
+  ssize_t send_iov(const iovec* iov, int n) {
+    msghdr m{};
+    m.msg_iov = const_cast<iovec*>(iov);
+    m.msg_iovlen = static_cast<size_t>(n);
+    return ::sendmsg(fd_.get(), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  std::mutex mu_;  // guards the fields below; never held across a syscall
+  bool sending_ = false;
+  bool retry_ = false;  // EPOLLOUT seen while another thread was sending
+  std::deque<std::string> outq_;
+  size_t out_off_ = 0;
+  size_t queued_ = 0;
+  // Frames posted with kWrMore while the socket was idle sit in outq_ with
+  // corked_ set and nobody sending: the next post without kWrMore (or
+  // flush_cork) takes the sending role and drains them first.
+  std::atomic<bool> corked_{false};  // written under mu_; read by the sending role
+  bool cork_listed_ = false;         // in the transport's corked_ list
+};
+
+class TcpEndpoint final : public Endpoint {
+ public:
+  explicit TcpEndpoint(std::shared_ptr<Conn> c) : c_(std::move(c)) {}
+  Result<size_t> post(std::span<const WorkRequest> wrs) override { return c_->post(wrs); }
+  NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
+  bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
+
+ private:
+  std::shared_ptr<Conn> c_;
+};
+
+}  // namespace lt::transport::tcp
