@@ -26,6 +26,31 @@
 
 namespace lt::transport {
 
+/// The Endpoint of a connection-per-peer transport: it keeps its connection
+/// alive (a closed one answers kPeerDown) and posts on it.
+template <typename Conn>
+class ConnEndpoint final : public Endpoint {
+ public:
+  explicit ConnEndpoint(std::shared_ptr<Conn> c) : c_(std::move(c)) {}
+  Result<size_t> post(std::span<const WorkRequest> wrs) override { return c_->post(wrs); }
+  NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
+  bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
+
+ private:
+  std::shared_ptr<Conn> c_;
+};
+
+/// A kRecv completion of `len` bytes at `rx` (lent until release_rx) from `peer`.
+inline Completion recv_completion(NodeId peer, const std::byte* rx, uint32_t len, uint32_t imm) {
+  Completion c;
+  c.kind = CqKind::kRecv;
+  c.peer = peer;
+  c.len = len;
+  c.imm = imm;
+  c.rx = rx;
+  return c;
+}
+
 template <typename Conn>
 class ConnTable {
  public:

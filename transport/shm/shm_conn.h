@@ -438,15 +438,6 @@ class ShmConn {
   std::vector<std::pair<uint64_t, std::shared_ptr<RemoteMap>>> maps_;
 };
 
-class ShmEndpoint final : public Endpoint {
- public:
-  explicit ShmEndpoint(std::shared_ptr<ShmConn> c) : c_(std::move(c)) {}
-  Result<size_t> post(std::span<const WorkRequest> wrs) override { return c_->post(wrs); }
-  NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
-  bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
-
- private:
-  std::shared_ptr<ShmConn> c_;
-};
+using ShmEndpoint = ConnEndpoint<ShmConn>;
 
 }  // namespace lt::transport::shm

@@ -191,13 +191,8 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
           progress = true;
           continue;
         case RecKind::kMsg: {
-          Completion& cq = out[(*n)++];
-          cq = Completion{};
-          cq.kind = CqKind::kRecv;
-          cq.peer = c->peer_.load(std::memory_order_relaxed);
-          cq.len = h.len;
-          cq.imm = h.imm;
-          cq.rx = at + kRecHdr;
+          out[(*n)++] =
+              recv_completion(c->peer_.load(std::memory_order_relaxed), at + kRecHdr, h.len, h.imm);
           if (!c->lent_ && !c->stage_lent_) lent_.push_back(c);
           c->lent_ = true;
           c->rx_pos_ += rec;
@@ -238,13 +233,8 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
           c->rx_pos_ += rec;
           progress = true;
           if (c->stage_len_ == c->stage_total_) {
-            Completion& cq = out[(*n)++];
-            cq = Completion{};
-            cq.kind = CqKind::kRecv;
-            cq.peer = c->peer_.load(std::memory_order_relaxed);
-            cq.len = static_cast<uint32_t>(c->stage_total_);
-            cq.imm = c->stage_imm_;
-            cq.rx = c->stage_.get();
+            out[(*n)++] = recv_completion(c->peer_.load(std::memory_order_relaxed), c->stage_.get(),
+                                          static_cast<uint32_t>(c->stage_total_), c->stage_imm_);
             if (!c->lent_ && !c->stage_lent_) lent_.push_back(c);
             c->stage_lent_ = true;
             c->staging_ = false;

@@ -118,15 +118,6 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool cork_listed_ = false;         // in the transport's corked_ list
 };
 
-class TcpEndpoint final : public Endpoint {
- public:
-  explicit TcpEndpoint(std::shared_ptr<Conn> c) : c_(std::move(c)) {}
-  Result<size_t> post(std::span<const WorkRequest> wrs) override { return c_->post(wrs); }
-  NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
-  bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
-
- private:
-  std::shared_ptr<Conn> c_;
-};
+using TcpEndpoint = ConnEndpoint<Conn>;
 
 }  // namespace lt::transport::tcp
