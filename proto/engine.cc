@@ -39,7 +39,7 @@ std::string Engine::local_address(std::string_view transport) const {
 }
 
 Result<Member> Engine::node_info(NodeId node) const {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   for (Member& m : membership_.members()) {
     if (m.node == node) return std::move(m);
   }
@@ -64,18 +64,18 @@ Result<NodeId> find_member(const Membership& members, Deadline d, Match&& match)
 }  // namespace
 
 Result<NodeId> Engine::node_by_name(const std::string& name, Deadline d) const {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   return find_member(membership_, d, [&](const Member& m) { return m.name == name; });
 }
 
 Result<NodeId> Engine::node_by_rank(uint32_t rank, Deadline d) const {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (rank == kNoRank) return Code::kInvalidArg;
   return find_member(membership_, d, [&](const Member& m) { return m.rank == rank; });
 }
 
 Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (node == self()) return std::pair<std::string, std::string>{"self", "this node"};
   transport::Endpoint* ep;
   LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
@@ -149,9 +149,34 @@ bool Engine::on_manager_readable(std::vector<Membership::Event>* events) {
   events->clear();
   Status s = membership_.on_readable(events);
   for (auto& e : *events) {
-    if (!e.up) peer_gone(e.node, true);
+    if (e.up) continue;
+    if (e.node == self()) {
+      expel();
+    } else {
+      peer_gone(e.node, true);
+    }
   }
   return s.is_ok();
+}
+
+// A node the manager declared down while it was alive (stopped, or stalled
+// past the down time) is gone for the cluster: its peers failed what they
+// had in flight with it and freed its LMRs, and a newcomer may get its
+// place. It must not go on as if nothing happened, so it fails loudly: what
+// is in flight fails with kClosed, and so does every later call.
+void Engine::expel() {
+  if (expelled_.exchange(true)) return;
+  LT_ERROR(
+      "ltier-manager declared this node (%u) down: it was silent past the manager's down "
+      "time (stopped or stalled?). Every call now fails with LT_ERR_CLOSED; leave and join "
+      "again to rejoin under a new id",
+      self());
+  RequestTable& reqs = client_.requests;
+  for (uint32_t i = 0, n = reqs.size(); i < n; ++i) {
+    Request* r = reqs.at(i);
+    if (r->claim_if_live()) finish(r, Code::kClosed);
+  }
+  credits_.returned();  // callers waiting for credits retry and see it
 }
 
 // A peer's connection broke (member_down false: it may come back on a new

@@ -75,6 +75,12 @@ class Engine {
   void leave();
 
   NodeId self() const { return membership_.self(); }
+  /// kNotJoined before join; kClosed once ltier-manager declared this node
+  /// down while it was alive (a stall past the down time: expel()).
+  Status usable() const {
+    if (expelled_.load(std::memory_order_relaxed)) return Code::kClosed;
+    return joined_.load() ? Status::ok() : Status(Code::kNotJoined);
+  }
   std::vector<Member> members() const { return membership_.members(); }
   Deadline default_deadline() const { return Deadline::lazy_ms(config_.engine.op_timeout_ms); }
   const Config& config() const { return config_; }
@@ -228,10 +234,13 @@ class Engine {
 
   // ---- engine.cc: lifecycle, peers going away
   void peer_gone(NodeId n, bool member_down);
+  // The manager declared this node down: every call fails from now on.
+  void expel();
   bool on_manager_readable(std::vector<Membership::Event>* events);  // false: manager gone
 
   // ---- request_ops.cc: requests, waiting
   Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id) {
+    if (expelled_.load(std::memory_order_relaxed)) return Code::kClosed;
     LT_RETURN_IF_ERROR(sched_.admit());
     auto r = client_.requests.claim(kind, peer, id);
     if (!r) {
@@ -411,6 +420,7 @@ class Engine {
 
   std::atomic<bool> running_{false};
   std::atomic<bool> joined_{false};
+  std::atomic<bool> expelled_{false};
   int wake_fd_ = -1;
   std::thread progress_thread_;
   std::atomic<std::thread::id> progress_tid_{};  // set by the progress thread itself

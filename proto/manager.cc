@@ -385,7 +385,16 @@ void Manager::check_timeouts() {
   for (auto& [id, c] : members_) {
     if (now - c->last_seen_ns > limit) dead.push_back(c);
   }
-  for (Client* c : dead) drop(c, "heartbeat timeout");
+  for (Client* c : dead) {
+    // Tell the node itself first: a stopped or stalled one reads this when
+    // it runs again, and fails loudly instead of serving as an orphan.
+    std::string f = begin_ctl(CtlType::kMemberDown);
+    wire::Writer w(&f);
+    w.u32(c->node);
+    finish_ctl(&f);
+    send(c, f);
+    drop(c, "heartbeat timeout");
+  }
   // The unjoined list is in connection order: the stale ones are in front.
   const uint64_t join_limit = static_cast<uint64_t>(opt_.join_timeout_ms) * 1000000ull;
   while (!unjoined_.empty() && now - unjoined_.front()->connected_ns > join_limit) {

@@ -136,7 +136,7 @@ void Membership::handle_push(const std::string& payload, std::vector<Event>* eve
     NodeId n = r.u32();
     if (r.ok()) {
       members_.erase(n);
-      events->push_back({false, n});
+      events->push_back({false, n});  // n == self(): the manager declared this node down
     }
   } else if (type == CtlType::kNameReply) {
     uint64_t req = r.u64();

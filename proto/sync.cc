@@ -21,7 +21,7 @@ bool valid_sync_name(const std::string& n) { return !n.empty() && n.size() <= kM
 }  // namespace
 
 Status Engine::lock(const std::string& name, Deadline d) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (!valid_sync_name(name)) return Code::kInvalidArg;
   CtlArgs a = lock_owner();
   uint64_t req = 0;
@@ -34,13 +34,13 @@ Status Engine::lock(const std::string& name, Deadline d) {
 }
 
 Status Engine::unlock(const std::string& name, Deadline d) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (!valid_sync_name(name)) return Code::kInvalidArg;
   return membership_.name_call(CtlType::kLockRelease, name, d, lock_owner()).status();
 }
 
 Status Engine::barrier(const std::string& name, uint32_t count, Deadline d) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (!valid_sync_name(name) || count == 0) return Code::kInvalidArg;
   CtlArgs a;
   a.has_u32 = true;

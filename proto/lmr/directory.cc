@@ -11,7 +11,7 @@ constexpr uint32_t kUserRights = kRightRead | kRightWrite | kRightAtomic;
 }
 
 Result<LmrHandle> Engine::malloc(NodeId node, uint64_t size, uint32_t rights, Deadline d) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (size == 0 || (rights & ~kUserRights) != 0) return Code::kInvalidArg;
   auto m = std::make_shared<Mapping>();
   m->owner = node;
@@ -88,7 +88,7 @@ Status Engine::publish(LmrHandle h, const std::string& name, uint32_t max_rights
 }
 
 Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline d) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (name.empty() || name.size() > kMaxName || rights == 0 || (rights & ~kUserRights) != 0) {
     return Code::kInvalidArg;
   }

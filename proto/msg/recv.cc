@@ -19,7 +19,7 @@ Status Engine::fill_recv(Request* r, NodeId from, std::span<const std::byte> dat
 }
 
 Result<ReqId> Engine::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (src == nullptr || len == nullptr || (buf == nullptr && cap != 0)) return Code::kInvalidArg;
   ReqId id = 0;
   auto r = receive_request(ReqKind::kRecv, port, buf, cap, src, len, &id);

@@ -25,7 +25,7 @@ Status Engine::send_now(NodeId node, uint32_t port, const void* buf, size_t len)
 // that must be pulled gives kUnsupported with nothing taken.
 Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, size_t len,
                                 bool no_request) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if ((buf == nullptr && len != 0) || len > max_payload_ - sizeof(MsgEager)) {
     return Code::kInvalidArg;
   }

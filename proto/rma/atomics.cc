@@ -44,6 +44,7 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
 
 bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand,
                         uint64_t compare, uint64_t* old, Status* s) {
+  if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
   Mapping m;
   *s = client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m);
   if (!s->is_ok()) return true;

@@ -39,6 +39,7 @@ bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf
 }
 
 bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
+  if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
   Mapping m;
   *s = client_.handles.check(h, kRightRead, off, len, &m);
   if (!s->is_ok()) return true;
@@ -48,6 +49,7 @@ bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status
 }
 
 bool Engine::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
+  if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
   Mapping m;
   *s = client_.handles.check(h, kRightWrite, off, len, &m);
   if (!s->is_ok()) return true;

@@ -7,7 +7,7 @@ namespace lt::proto {
 
 Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, size_t in_len,
                                 void* out, size_t out_cap, size_t* out_len) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (func_id > kMaxRpcFunc || out_len == nullptr || (in == nullptr && in_len != 0) ||
       (out == nullptr && out_cap != 0) || in_len > max_payload_ - sizeof(RpcReq)) {
     return Code::kInvalidArg;

@@ -44,7 +44,7 @@ void Engine::deliver_rpc(Request* r, NodeId from, uint64_t caller_req,
 
 Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, NodeId* src,
                                      size_t* len, uint64_t* token) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if (src == nullptr || len == nullptr || token == nullptr || (buf == nullptr && cap != 0)) {
     return Code::kInvalidArg;
   }
@@ -78,7 +78,7 @@ Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, No
 }
 
 Status Engine::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {
-  if (!joined_.load()) return Code::kNotJoined;
+  LT_RETURN_IF_ERROR(usable());
   if ((out == nullptr && len != 0) || len > max_payload_ - sizeof(MsgHeader)) {
     return Code::kInvalidArg;
   }

@@ -712,6 +712,45 @@ TEST_P(ThreeNodes, StoppedNodeIsDeclaredDownByHeartbeat) {
   c->signal(SIGCONT);
 }
 
+// A node stopped past the down time (a stall) learns, when it runs again,
+// that the manager declared it down: every call fails with CLOSED instead of
+// going on as an orphan that its peers no longer know.
+TEST_P(ThreeNodes, StalledNodeFailsLoudlyWhenItRunsAgain) {
+  Proc *a = nodes_[0], *c = nodes_[2];
+  std::string h = ok_value(c->cmd("malloc " + ids_[0] + " 64 rw"));  // on a; c is master
+  ASSERT_FALSE(h.empty());
+  c->signal(SIGSTOP);
+  ASSERT_TRUE(c->wait_stopped(5000));
+  // Wait until a has c down (the manager's down_after_ms).
+  std::string r;
+  for (int i = 0; i < 300; ++i) {
+    r = a->cmd("nodes");
+    if (r.find(" " + ids_[2] + " ") == std::string::npos &&
+        r.substr(r.size() - ids_[2].size() - 1) != " " + ids_[2]) {
+      break;
+    }
+    usleep(50000);
+  }
+  ASSERT_EQ(r.find(" " + ids_[2] + " "), std::string::npos) << r;
+  c->signal(SIGCONT);
+  // c reads the manager's word as soon as its progress thread runs; a
+  // malloc on itself needs nobody else, so it answers at once either way.
+  for (int i = 0; i < 300; ++i) {
+    r = c->cmd("malloc " + ids_[2] + " 64 rw");
+    if (r == "err LT_ERR_CLOSED") break;
+    usleep(50000);
+  }
+  EXPECT_EQ(r, "err LT_ERR_CLOSED");
+  EXPECT_EQ(c->cmd("read " + h + " 0 4"), "err LT_ERR_CLOSED");
+  EXPECT_EQ(c->cmd("malloc " + ids_[1] + " 64 rw"), "err LT_ERR_CLOSED");
+  EXPECT_EQ(c->cmd("send " + ids_[0] + " 5 01"), "err LT_ERR_CLOSED");
+  EXPECT_EQ(c->cmd("lock L 1000"), "err LT_ERR_CLOSED");
+  // The others go on without it.
+  std::string h2 = ok_value(a->cmd("malloc " + ids_[1] + " 64 rw"));
+  ASSERT_FALSE(h2.empty());
+  EXPECT_EQ(a->cmd("write " + h2 + " 0 11"), "ok");
+}
+
 TEST_P(ThreeNodes, GarbageOnTcpPortLeavesNodeServing) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string addr = ok_value(b->cmd("address"));
