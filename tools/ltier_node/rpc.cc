@@ -1,0 +1,216 @@
+// ltier-node's RPC functions and RPC commands.
+#include "node.h"
+
+namespace ltier_node {
+
+int rpc_echo(void*, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+             size_t* out_len) {
+  if (in_len > out_cap) return -LT_ERR_TRUNCATED;
+  if (in_len) std::memcpy(out, in, in_len);
+  *out_len = in_len;
+  return 0;
+}
+
+int rpc_sized(void*, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+              size_t* out_len) {
+  std::string s(static_cast<const char*>(in), in_len);
+  size_t n = static_cast<size_t>(std::strtoull(s.c_str(), nullptr, 10));
+  if (n > out_cap) return -LT_ERR_TRUNCATED;
+  for (size_t i = 0; i < n; ++i)
+    static_cast<unsigned char*>(out)[i] = static_cast<unsigned char>(i * 7 + 1);
+  *out_len = n;
+  return 0;
+}
+
+int rpc_slow(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out, size_t out_cap,
+             size_t* out_len) {
+  usleep(300000);
+  return rpc_echo(ctx, src, in, in_len, out, out_cap, out_len);
+}
+
+// The gate of functions 4 and 5 (a tool's state, not the library's).
+namespace {
+std::atomic<bool> g_gate_open{false};
+}  // namespace
+
+int rpc_gate_wait(void* ctx, lt_node_t src, const void* in, size_t in_len, void* out,
+                  size_t out_cap, size_t* out_len) {
+  for (int i = 0; i < 30000 && !g_gate_open.load(); ++i) usleep(1000);
+  if (!g_gate_open.load()) return -LT_ERR_TIMEDOUT;
+  return rpc_echo(ctx, src, in, in_len, out, out_cap, out_len);
+}
+
+int rpc_gate_open(void*, lt_node_t, const void*, size_t, void*, size_t, size_t* out_len) {
+  g_gate_open.store(true);
+  *out_len = 0;
+  return 0;
+}
+
+// ---------------------------------------------------------------- RPC
+
+std::string cmd_rpc(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  uint32_t func = a.u32();
+  std::string hex = a.word(), cap_s;
+  size_t cap = a.optional_word(&cap_s) ? std::stoull(cap_s) : (1u << 20);
+  std::vector<unsigned char> req;
+  if (hex != "-" && !from_hex(hex, &req)) return "err LT_ERR_INVAL";
+  std::vector<unsigned char> rep(cap);
+  size_t n = 0;
+  int rc = LT_RPC(e, node, func, req.data(), req.size(), rep.data(), cap, &n);
+  if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
+  if (rc) return err(rc);
+  rep.resize(n);
+  return "ok " + (n ? to_hex(rep) : std::string("-"));
+}
+
+std::string cmd_rpc_sizes(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  uint64_t max = a.u64();
+  std::vector<unsigned char> rep(max + 1);
+  uint64_t count = 0;
+  std::vector<uint64_t> sizes;
+  for (uint64_t sz = 0; sz <= max; sz = sz < 16 ? sz + 1 : sz * 2 - 7) sizes.push_back(sz);
+  if (sizes.back() != max) sizes.push_back(max);  // always the largest asked for
+  for (uint64_t sz : sizes) {
+    auto req = pattern(sz, static_cast<unsigned>(sz));
+    size_t n = 0;
+    int rc = LT_RPC(e, node, 1, req.data(), sz, rep.data(), rep.size(), &n);
+    if (rc) return err(rc) + " at size " + std::to_string(sz);
+    if (n != sz || (sz > 0 && std::memcmp(rep.data(), req.data(), sz) != 0)) {
+      return "err mismatch at size " + std::to_string(sz);
+    }
+    ++count;
+  }
+  return "ok " + std::to_string(count);
+}
+
+std::string cmd_rpc_async(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  uint64_t count = a.u64(), size = a.u64();
+  std::vector<std::vector<unsigned char>> reqs, reps;
+  std::vector<size_t> lens(count);
+  std::vector<lt_req_t> ids(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    reqs.push_back(pattern(size, static_cast<unsigned>(i)));
+    reps.emplace_back(size);
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    int rc =
+        LT_RPC_async(e, node, 1, reqs[i].data(), size, reps[i].data(), size, &lens[i], &ids[i]);
+    if (rc) return err(rc) + " issuing call " + std::to_string(i);
+  }
+  for (uint64_t i = 0; i < count; ++i) {
+    int rc = LT_wait(e, ids[i], -1);
+    if (rc) return err(rc) + " call " + std::to_string(i);
+    if (lens[i] != size || reps[i] != reqs[i]) return "err mismatch call " + std::to_string(i);
+  }
+  return "ok";
+}
+
+std::string cmd_rpc_threads(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  uint64_t threads = a.u64(), n = a.u64();
+  if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
+  std::atomic<uint64_t> bad{0};
+  int rc = run_threads(threads, n, [&] {
+    uint64_t v = 0x1234, back = 0;
+    size_t len = 0;
+    int r = LT_RPC(e, node, 1, &v, sizeof(v), &back, sizeof(back), &len);
+    if (r == 0 && (len != sizeof(v) || back != v)) bad.fetch_add(1);
+    return r;
+  });
+  if (rc) return err(rc);
+  return bad.load() ? "err mismatch" : "ok";
+}
+
+// rpc_timeout and rpc_timeout_func: calls `func` of `node`, waits MS, then
+// cancels the call.
+std::string rpc_then_cancel(lt_engine_t* e, Args& a, lt_node_t node, uint32_t func) {
+  int64_t ms = static_cast<int64_t>(a.u64());
+  char req[4] = {1, 2, 3, 4}, rep[4];
+  size_t n = 0;
+  lt_req_t id;
+  int rc = LT_RPC_async(e, node, func, req, 4, rep, 4, &n, &id);
+  if (rc) return err(rc);
+  rc = LT_wait(e, id, ms * 1000);
+  if (rc == -LT_ERR_TIMEDOUT) rc = LT_cancel(e, id);
+  return ok_or_err(rc);
+}
+
+std::string cmd_rpc_timeout(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  return rpc_then_cancel(e, a, node, 3);
+}
+
+std::string cmd_rpc_timeout_func(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  uint32_t func = a.u32();
+  return rpc_then_cancel(e, a, node, func);
+}
+
+// One request of rpc_loop: received (growing *buf while it is too small),
+// replied to with its bytes reversed or LT_ERR_PERM, and its token then
+// checked to be spent.
+int answer_loop_request(lt_engine_t* e, uint32_t func, std::vector<unsigned char>* buf,
+                        std::atomic<uint64_t>* truncated) {
+  lt_node_t src = 0;
+  size_t n = 0;
+  lt_rpc_token_t tok = 0;
+  int rc;
+  while ((rc = LT_recvRPC(e, func, buf->data(), buf->size(), &src, &n, &tok, -1)) ==
+         -LT_ERR_TRUNCATED) {
+    truncated->fetch_add(1);
+    buf->resize(n);
+  }
+  if (rc == 0) {
+    std::reverse(buf->begin(), buf->begin() + static_cast<std::ptrdiff_t>(n));
+    bool deny = n > 0 && (*buf)[n - 1] == 0xEE;  // first byte, now last
+    rc = LT_replyRPC(e, tok, buf->data(), n, deny ? -LT_ERR_PERM : 0);
+  }
+  if (rc == 0 && LT_replyRPC(e, tok, nullptr, 0, 0) != -LT_ERR_BAD_HANDLE) {
+    rc = -LT_ERR_INTERNAL;  // a spent token must be refused
+  }
+  return rc;
+}
+
+std::string cmd_rpc_loop(lt_engine_t* e, Args& a) {
+  uint32_t func = a.u32();
+  uint64_t count = a.u64(), threads = a.u64(), cap0 = a.u64();
+  std::atomic<uint64_t> left{count}, truncated{0};
+  std::atomic<int> first_error{0};
+  std::vector<std::thread> ts;
+  for (uint64_t t = 0; t < threads; ++t) {
+    ts.emplace_back([&] {
+      std::vector<unsigned char> buf(cap0);
+      for (;;) {
+        uint64_t l = left.load();
+        if (l == 0 || first_error.load() != 0) return;
+        if (!left.compare_exchange_weak(l, l - 1)) continue;
+        if (int rc = answer_loop_request(e, func, &buf, &truncated); rc != 0) {
+          int zero = 0;
+          first_error.compare_exchange_strong(zero, rc);
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  if (first_error.load() != 0) return err(first_error.load());
+  return "ok " + std::to_string(count) + " " + std::to_string(truncated.load());
+}
+
+std::string cmd_rpc_gate(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  char req[3] = {7, 8, 9}, rep[3];
+  size_t n = 0, m = 0;
+  lt_req_t id;
+  int rc = LT_RPC_async(e, node, 4, req, 3, rep, 3, &n, &id);
+  if (rc) return err(rc);
+  rc = LT_RPC(e, node, 5, nullptr, 0, nullptr, 0, &m);
+  int rc4 = LT_wait(e, id, -1);
+  if (rc) return err(rc) + " opening the gate";
+  if (rc4) return err(rc4) + " waiting at the gate";
+  return n == 3 && std::memcmp(req, rep, 3) == 0 ? "ok" : "err mismatch";
+}
+
+}  // namespace ltier_node
