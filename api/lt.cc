@@ -36,6 +36,12 @@ static_assert(LT_ERR_AGAIN == static_cast<int>(lt::Code::kNoResource));
 static_assert(LT_ERR_QUOTA == static_cast<int>(lt::Code::kQuota));
 static_assert(LT_ERR_NOT_FOUND == static_cast<int>(lt::Code::kNotFound));
 static_assert(LT_ERR_AUTH == static_cast<int>(lt::Code::kAuth));
+using MemberEventKind = lt::proto::Membership::Event;
+static_assert(int{LT_EV_UP} == int{MemberEventKind::kUp} &&
+              int{LT_EV_DOWN} == int{MemberEventKind::kDown} &&
+              int{LT_EV_EXPELLED} == int{MemberEventKind::kExpelled} &&
+              int{LT_EV_MANAGER_LOST} == int{MemberEventKind::kManagerLost} &&
+              int{LT_EV_REJOINED} == int{MemberEventKind::kRejoined});
 static_assert(LT_ERR_CLOSED == static_cast<int>(lt::Code::kClosed));
 static_assert(LT_ERR_SYS == static_cast<int>(lt::Code::kSys));
 static_assert(LT_ERR_SYS + 1 == lt::kNumCodes);
@@ -233,6 +239,21 @@ int LT_node_by_name(lt_engine_t* e, const char* name, int64_t timeout_us, lt_nod
 int LT_node_by_rank(lt_engine_t* e, uint32_t rank, int64_t timeout_us, lt_node_t* node) {
   if (e == nullptr || node == nullptr) return -LT_ERR_INVAL;
   return out_rc(e->core.node_by_rank(rank, user_deadline(e, timeout_us, TimeoutStart::kNow)), node);
+}
+
+int LT_member_event(lt_engine_t* e, int64_t timeout_us, lt_member_event_t* ev) {
+  if (e == nullptr || ev == nullptr) return -LT_ERR_INVAL;
+  auto r = e->core.member_event(user_deadline(e, timeout_us, TimeoutStart::kNow));
+  if (!r.is_ok()) return rc(r.status());
+  ev->kind = r.value().kind;
+  ev->node = r.value().node;
+  ev->missed = r.value().missed;
+  return 0;
+}
+
+const char* LT_event_name(int kind) {
+  static const char* const kNames[] = {"up", "down", "expelled", "manager_lost", "rejoined"};
+  return kind >= 0 && kind < 5 ? kNames[kind] : "?";
 }
 
 int LT_malloc(lt_engine_t* e, lt_node_t node, uint64_t size, uint32_t rights, lt_lmr_t* out) {

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace lt::proto {
 
@@ -21,6 +22,127 @@ bool get_member(wire::Reader& r, Member* m) {
   m->host_id = std::string(r.str(256));
   m->rank = r.u32();
   return r.ok() && m->node != 0;
+}
+
+namespace {
+constexpr std::string_view kJoinLabel = "ltier join v1";
+constexpr std::string_view kJoinOkLabel = "ltier join-ok v1";
+
+std::span<const std::byte> bytes_of(const std::string& s) { return as_bytes(s); }
+std::string_view view(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+}  // namespace
+
+std::string challenge_frame(const Nonce& manager_nonce) {
+  std::string f = begin_ctl(CtlType::kChallenge);
+  wire::Writer w(&f);
+  w.u8(kHandshakeVersion);
+  w.bytes(manager_nonce.data(), manager_nonce.size());
+  finish_ctl(&f);
+  return f;
+}
+
+bool parse_challenge(const std::string& payload, Nonce* manager_nonce) {
+  wire::Reader r(bytes_of(payload));
+  if (static_cast<CtlType>(r.u8()) != CtlType::kChallenge || r.u8() != kHandshakeVersion) {
+    return false;
+  }
+  auto n = r.bytes(kNonceBytes);
+  if (!r.ok() || !r.at_end()) return false;
+  std::memcpy(manager_nonce->data(), n.data(), n.size());
+  return true;
+}
+
+std::string join_body(const JoinRequest& j) {
+  std::string body;
+  wire::Writer w(&body);
+  for (const std::string* s : {&j.name, &j.addresses, &j.host_id, &j.tenant}) w.str(*s);
+  w.u32(j.rank);
+  w.u32(j.claim_node);
+  w.u64(j.claim_token);
+  w.u32(j.high_water);
+  w.u32(static_cast<uint32_t>(j.locks.size()));
+  for (auto& [name, owner] : j.locks) {
+    w.str(name);
+    w.u64(owner);
+  }
+  w.u32(static_cast<uint32_t>(j.names.size()));
+  for (auto& name : j.names) w.str(name);
+  return body;
+}
+
+std::string seal_join(std::string_view secret, const Nonce& manager_nonce, const Nonce& node_nonce,
+                      std::string_view body) {
+  Mac mac = hmac(secret, {as_bytes(kJoinLabel), manager_nonce, node_nonce, as_bytes(body)});
+  std::string f = begin_ctl(CtlType::kJoin);
+  wire::Writer w(&f);
+  w.bytes(node_nonce.data(), node_nonce.size());
+  w.bytes(mac.data(), mac.size());
+  w.bytes(body.data(), body.size());
+  finish_ctl(&f);
+  return f;
+}
+
+std::string join_frame(std::string_view secret, const Nonce& manager_nonce,
+                       const Nonce& node_nonce, const JoinRequest& j) {
+  return seal_join(secret, manager_nonce, node_nonce, join_body(j));
+}
+
+Code open_join(const std::string& payload, std::string_view secret, const Nonce& manager_nonce,
+               JoinRequest* j, Nonce* node_nonce) {
+  wire::Reader r(bytes_of(payload));
+  r.u8();  // kJoin
+  auto nonce = r.bytes(kNonceBytes);
+  auto mac = r.bytes(kMacBytes);
+  if (!r.ok()) return Code::kMalformed;
+  auto body = r.rest();
+  std::memcpy(node_nonce->data(), nonce.data(), nonce.size());
+  Mac want = hmac(secret, {as_bytes(kJoinLabel), manager_nonce, *node_nonce, body});
+  if (!same_mac(mac, want)) return Code::kAuth;
+  wire::Reader b(body);
+  for (std::string* s : {&j->name, &j->addresses, &j->host_id, &j->tenant}) {
+    *s = std::string(b.str(256));
+  }
+  j->rank = b.u32();
+  j->claim_node = b.u32();
+  j->claim_token = b.u64();
+  j->high_water = b.u32();
+  uint32_t nlocks = b.u32();
+  for (uint32_t i = 0; b.ok() && i < nlocks && i < kMaxClaims; ++i) {
+    std::string name(b.str(256));
+    j->locks.emplace_back(std::move(name), b.u64());
+  }
+  uint32_t nnames = nlocks <= kMaxClaims ? b.u32() : kMaxClaims + 1;
+  for (uint32_t i = 0; b.ok() && i < nnames && i < kMaxClaims; ++i) {
+    j->names.emplace_back(b.str(256));
+  }
+  if (!b.ok() || !b.at_end() || nnames > kMaxClaims) return Code::kMalformed;
+  return Code::kOk;
+}
+
+std::string join_ok_frame(std::string_view secret, const Nonce& node_nonce,
+                          const Nonce& manager_nonce, const std::string& answer) {
+  Mac mac = hmac(secret, {as_bytes(kJoinOkLabel), node_nonce, manager_nonce, bytes_of(answer)});
+  std::string f = begin_ctl(CtlType::kJoinOk);
+  wire::Writer w(&f);
+  w.bytes(mac.data(), mac.size());
+  w.bytes(answer.data(), answer.size());
+  finish_ctl(&f);
+  return f;
+}
+
+Code open_join_ok(const std::string& payload, std::string_view secret, const Nonce& node_nonce,
+                  const Nonce& manager_nonce, std::string* answer) {
+  wire::Reader r(bytes_of(payload));
+  r.u8();  // kJoinOk
+  auto mac = r.bytes(kMacBytes);
+  if (!r.ok()) return Code::kMalformed;
+  auto rest = r.rest();
+  Mac want = hmac(secret, {as_bytes(kJoinOkLabel), node_nonce, manager_nonce, rest});
+  if (!same_mac(mac, want)) return Code::kAuth;
+  answer->assign(view(rest));
+  return Code::kOk;
 }
 
 std::string begin_ctl(CtlType type) {

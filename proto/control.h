@@ -7,15 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "common/mac.h"
 #include "common/status.h"
 #include "common/wire.h"
 
 namespace lt::proto {
 
 enum class CtlType : uint8_t {
-  kJoin = 1,          // str secret, str name, str addresses, str host_id, str tenant,
-                      //   u32 rank (kNoRank: none)
-  kJoinOk = 2,        // u32 node, u64 cluster_token, u32 heartbeat_ms, u32 down_after_ms, members
+  kJoin = 1,          // nonce, mac, then a JoinRequest (see join_frame)
+  kJoinOk = 2,        // mac, then u32 node, u64 cluster_token, u32 heartbeat_ms,
+                      //   u32 down_after_ms, u32 count, members
   kJoinRefused = 3,   // u8 code, str reason
   kMemberUp = 4,      // member
   kMemberDown = 5,    // u32 node
@@ -28,12 +29,15 @@ enum class CtlType : uint8_t {
   kLockAcquire = 12,     // u64 req, str name, u64 owner (answered when granted)
   kLockRelease = 13,     // u64 req, str name, u64 owner (also withdraws a waiting acquire)
   kBarrier = 14,         // u64 req, str name, u32 count (answered when count have arrived)
+  kChallenge = 15,       // u8 version, nonce: the manager's first frame on every connection
 };
-inline constexpr uint8_t kMaxCtlType = 14;
+inline constexpr uint8_t kMaxCtlType = 15;
+inline constexpr uint8_t kHandshakeVersion = 1;
 inline constexpr uint32_t kMaxCtlFrame = 1u << 20;
 inline constexpr uint32_t kMaxMembers = 1024;
-/// Node ids are never reused within one manager's life; engines size their
-/// peer tables by this bound.
+/// Node ids are never reused: not within one manager's life, and not by a
+/// restarted manager either (the members that reconnect tell it the highest
+/// id they have seen). Engines size their peer tables by this bound.
 inline constexpr uint32_t kMaxNodeId = 1024;
 
 /// Member::rank of a node that has none.
@@ -49,6 +53,49 @@ struct Member {
 
 void put_member(wire::Writer& w, const Member& m);
 bool get_member(wire::Reader& r, Member* m);
+
+/// What a node asks for when it joins. A node that was a member under a
+/// manager that went away (restarted) claims its place back: its id, the
+/// cluster token, the highest node id it has seen (so that the new manager
+/// never hands out an id some survivor knows), the locks it holds and the
+/// names it registered.
+struct JoinRequest {
+  std::string name, addresses, host_id, tenant;
+  uint32_t rank = kNoRank;
+  uint32_t claim_node = 0;  // 0: a fresh join
+  uint64_t claim_token = 0;
+  uint32_t high_water = 0;
+  std::vector<std::pair<std::string, uint64_t>> locks;  // (name, owner)
+  std::vector<std::string> names;
+};
+inline constexpr uint32_t kMaxClaims = 4096;  // locks or names carried by one rejoin
+
+/// The join handshake (challenge-response; the secret never crosses the
+/// wire). The manager opens every connection with a kChallenge carrying its
+/// nonce; the node answers with a kJoin carrying its own nonce and an HMAC,
+/// keyed by the secret, over both nonces and the request; the manager's
+/// kJoinOk carries an HMAC over both nonces (in the other order) and the
+/// answer, so the node knows the manager has the secret too. A join replayed
+/// on another connection meets another nonce and is refused.
+std::string challenge_frame(const Nonce& manager_nonce);
+bool parse_challenge(const std::string& payload, Nonce* manager_nonce);
+std::string join_frame(std::string_view secret, const Nonce& manager_nonce,
+                       const Nonce& node_nonce, const JoinRequest& j);
+/// The parts of join_frame: the request's encoding, and a kJoin sealing an
+/// encoded request (the fuzz targets seal bodies of their own).
+std::string join_body(const JoinRequest& j);
+std::string seal_join(std::string_view secret, const Nonce& manager_nonce, const Nonce& node_nonce,
+                      std::string_view body);
+/// A kJoin's payload: kMalformed if it does not decode, kAuth if its MAC is
+/// not the secret's for this challenge.
+Code open_join(const std::string& payload, std::string_view secret, const Nonce& manager_nonce,
+               JoinRequest* j, Nonce* node_nonce);
+/// A kJoinOk around `answer` (what follows the MAC).
+std::string join_ok_frame(std::string_view secret, const Nonce& node_nonce,
+                          const Nonce& manager_nonce, const std::string& answer);
+/// The answer inside a kJoinOk payload: kMalformed or kAuth as above.
+Code open_join_ok(const std::string& payload, std::string_view secret, const Nonce& node_nonce,
+                  const Nonce& manager_nonce, std::string* answer);
 
 /// Starts a control frame of `type`; finish_ctl() patches its length.
 std::string begin_ctl(CtlType type);

@@ -115,6 +115,11 @@ Status Engine::join() {
   for (auto& t : transports_.all())
     t->set_identity(membership_.self(), membership_.cluster_token());
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  membership_.set_waker([fd = wake_fd_] {
+    uint64_t one = 1;
+    ssize_t w = write(fd, &one, sizeof(one));
+    (void)w;
+  });
   running_.store(true);
   joined_.store(true);
   progress_thread_ = std::thread([this] { progress_loop(); });
@@ -143,33 +148,36 @@ void Engine::leave() {
     Request* r = reqs.at(i);
     if (r->claim_if_live()) finish(r, Code::kClosed);
   }
+  events_.close();
 }
 
 bool Engine::on_manager_readable(std::vector<Membership::Event>* events) {
   events->clear();
   Status s = membership_.on_readable(events);
-  for (auto& e : *events) {
-    if (e.up) continue;
-    if (e.node == self()) {
-      expel();
-    } else {
-      peer_gone(e.node, true);
-    }
-  }
+  apply_events(*events);
   return s.is_ok();
 }
 
+void Engine::apply_events(const std::vector<Membership::Event>& events) {
+  for (const Membership::Event& e : events) {
+    if (e.kind == Membership::Event::kDown) peer_gone(e.node, true);
+    if (e.kind == Membership::Event::kExpelled) expel();
+    events_.push(e.kind, e.node);
+  }
+}
+
 // A node the manager declared down while it was alive (stopped, or stalled
-// past the down time) is gone for the cluster: its peers failed what they
-// had in flight with it and freed its LMRs, and a newcomer may get its
-// place. It must not go on as if nothing happened, so it fails loudly: what
-// is in flight fails with kClosed, and so does every later call.
+// past the down time), or whose claim back a restarted manager refused, is
+// gone for the cluster: its peers failed what they had in flight with it
+// and freed its LMRs. It must not go on as if nothing happened, so it fails
+// loudly: what is in flight fails with kClosed, and so does every later
+// call; the application sees an expelled event and may join again.
 void Engine::expel() {
   if (expelled_.exchange(true)) return;
   LT_ERROR(
-      "ltier-manager declared this node (%u) down: it was silent past the manager's down "
-      "time (stopped or stalled?). Every call now fails with LT_ERR_CLOSED; leave and join "
-      "again to rejoin under a new id",
+      "ltier-manager declared this node (%u) down or refused it back: it was silent past "
+      "the manager's down time (stopped or stalled?), or the manager restarted without it. "
+      "Every call now fails with LT_ERR_CLOSED; leave and join again to rejoin under a new id",
       self());
   RequestTable& reqs = client_.requests;
   for (uint32_t i = 0, n = reqs.size(); i < n; ++i) {

@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "proto/lmr/handles.h"
 #include "proto/lmr/lmr_store.h"
+#include "proto/member_events.h"
 #include "proto/membership.h"
 #include "proto/msg.h"
 #include "proto/msg/credits.h"
@@ -93,6 +94,10 @@ class Engine {
   Result<NodeId> node_by_rank(uint32_t rank, Deadline d) const;
   /// The address this node publishes for `transport` ("" when it does not run it).
   std::string local_address(std::string_view transport) const;
+  /// The next membership event (up, down, expelled, manager lost, rejoined),
+  /// waiting until `d`: kTimedOut, kClosed once the engine left. Works after
+  /// this node was expelled too: that is when the application needs it.
+  Result<MemberEvent> member_event(Deadline d) { return events_.next(d); }
   /// The transport this node uses for `node` ("tcp", "shm", "self") and
   /// why; connects first if the peer was not used yet. kPeerDown.
   Result<std::pair<std::string, std::string>> peer_transport(NodeId node);
@@ -237,6 +242,9 @@ class Engine {
   // The manager declared this node down: every call fails from now on.
   void expel();
   bool on_manager_readable(std::vector<Membership::Event>* events);  // false: manager gone
+  // What the membership reported: peers gone, expulsion, and the events
+  // the application reads.
+  void apply_events(const std::vector<Membership::Event>& events);
 
   // ---- request_ops.cc: requests, waiting
   Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id) {
@@ -380,6 +388,7 @@ class Engine {
   Config config_;
   qos::Scheduler sched_;
   Membership membership_;
+  MemberEvents events_;
   TransportSet transports_;  // set at join, then read-only
   uint32_t max_payload_ = 0;
 

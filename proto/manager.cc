@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -14,16 +15,6 @@
 #include "common/time.h"
 
 namespace lt::proto {
-
-namespace {
-bool same_secret(const std::string& a, std::string_view b) {
-  // Length leaks; content does not.
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return d == 0;
-}
-}  // namespace
 
 Manager::Manager(ManagerOptions o) : opt_(std::move(o)) {}
 Manager::~Manager() = default;
@@ -53,6 +44,7 @@ Status Manager::start() {
   max_unjoined_ = std::max<size_t>(
       1, std::min<size_t>(opt_.max_unjoined, static_cast<size_t>(nofile.rlim_cur / 2)));
   spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (opt_.recover_ms != 0) recover_until_ns_ = now_ns() + opt_.recover_ms * 1000000ull;
   return Status::ok();
 }
 
@@ -92,7 +84,13 @@ void Manager::accept_all() {
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.ptr = cl.get();
     epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev);
-    clients_[cl.get()] = std::move(cl);
+    Client* c = cl.get();
+    clients_[c] = std::move(cl);
+    if (!make_nonce(&c->challenge)) {
+      drop(c, "no random nonce (the system's random source failed)");
+      continue;
+    }
+    send(c, challenge_frame(c->challenge));
   }
 }
 
@@ -155,6 +153,7 @@ void Manager::drop(Client* c, const char* why) {
   uint32_t node = c->node;
   joined_or_gone(c);
   forget_client(c);
+  std::erase_if(held_, [c](const Held& h) { return h.client == c; });
   epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
   auto owned = std::move(clients_[c]);
   clients_.erase(c);
@@ -178,7 +177,7 @@ void Manager::handle(Client* c, const std::string& payload) {
   auto type = static_cast<CtlType>(r.u8());
   c->last_seen_ns = now_ns();
   if (c->node == 0) {
-    if (type == CtlType::kJoin) return on_join(c, r);
+    if (type == CtlType::kJoin) return on_join(c, payload);
     return drop(c, "spoke before joining");
   }
   switch (type) {
@@ -200,46 +199,72 @@ void Manager::handle(Client* c, const std::string& payload) {
   }
 }
 
-void Manager::on_join(Client* c, wire::Reader& r) {
-  std::string_view secret = r.str(1024);
-  Member m;
-  m.name = std::string(r.str(256));
-  m.addresses = std::string(r.str(256));
-  m.host_id = std::string(r.str(256));
-  std::string_view tenant = r.str(256);
-  (void)tenant;
-  m.rank = r.u32();
-  if (!r.ok() || !r.at_end()) return drop(c, "malformed join");
-  bool auth = !same_secret(opt_.secret, secret);
-  if (auth || members_.size() >= kMaxMembers || next_node_ >= kMaxNodeId) {
-    return refuse_join(c, m.name, auth);
+void Manager::on_join(Client* c, const std::string& payload) {
+  JoinRequest j;
+  Nonce node_nonce{};
+  if (std::any_of(held_.begin(), held_.end(), [c](const Held& h) { return h.client == c; })) {
+    return drop(c, "joined twice");
   }
-  admit(c, std::move(m));
+  Code code = open_join(payload, opt_.secret, c->challenge, &j, &node_nonce);
+  if (code == Code::kMalformed) return drop(c, "malformed join");
+  if (code == Code::kAuth) {
+    return refuse_join(c, "?", Code::kAuth, "wrong cluster secret (or a replayed join)");
+  }
+  Member m;
+  m.name = j.name;
+  m.addresses = j.addresses;
+  m.host_id = j.host_id;
+  m.rank = j.rank;
+  if (j.claim_node != 0) return readmit(c, j, std::move(m), node_nonce);
+  if (members_.size() >= kMaxMembers || next_node_ >= kMaxNodeId) {
+    return refuse_join(c, m.name, Code::kNoResource, "cluster is full (node ids are not reused)");
+  }
+  if (now_ns() < recover_until_ns_) {
+    // Answered when the recovery time ends (admit_held): the survivors'
+    // claims come first, so this node gets an id none of them knows.
+    joined_or_gone(c);
+    held_.push_back({c, std::move(m), node_nonce});
+    return;
+  }
+  admit(c, std::move(m), node_nonce);
 }
 
-void Manager::refuse_join(Client* c, const std::string& name, bool auth) {
+void Manager::admit_held() {
+  std::vector<Held> held = std::move(held_);
+  held_.clear();
+  for (Held& h : held) {
+    if (clients_.find(h.client) == clients_.end()) continue;
+    if (members_.size() >= kMaxMembers || next_node_ >= kMaxNodeId) {
+      refuse_join(h.client, h.member.name, Code::kNoResource, "cluster is full");
+    } else {
+      admit(h.client, std::move(h.member), h.nonce);
+    }
+  }
+}
+
+void Manager::refuse_join(Client* c, const std::string& name, Code code, const std::string& why) {
   std::string f = begin_ctl(CtlType::kJoinRefused);
   wire::Writer w(&f);
-  w.u8(static_cast<uint8_t>(auth ? Code::kAuth : Code::kNoResource));
-  w.str(auth ? "wrong cluster secret" : "cluster is full (node ids are not reused)");
+  w.u8(static_cast<uint8_t>(code));
+  w.str(why);
   finish_ctl(&f);
   send(c, f);
   if (opt_.verbose) {
-    fprintf(stderr, "ltier-manager: refused join from '%s': %s\n", name.c_str(),
-            auth ? "wrong cluster secret" : "cluster is full");
+    fprintf(stderr, "ltier-manager: refused join from '%s': %s\n", name.c_str(), why.c_str());
   }
   drop(c, "refused");
 }
 
 // The newcomer learns everyone already in (itself first); they learn of it
 // before it is added, so it is not told about itself twice.
-void Manager::admit(Client* c, Member m) {
+void Manager::admit(Client* c, Member m, const Nonce& node_nonce) {
   joined_or_gone(c);
-  m.node = next_node_++;
+  if (m.node == 0) m.node = next_node_++;
+  issued_[m.node] = true;
   c->node = m.node;
   c->member = m;
-  std::string f = begin_ctl(CtlType::kJoinOk);
-  wire::Writer w(&f);
+  std::string answer;
+  wire::Writer w(&answer);
   w.u32(m.node);
   w.u64(token_);
   w.u32(opt_.heartbeat_ms);
@@ -247,8 +272,7 @@ void Manager::admit(Client* c, Member m) {
   w.u32(static_cast<uint32_t>(members_.size() + 1));
   put_member(w, m);
   for (auto& [id, other] : members_) put_member(w, other->member);
-  finish_ctl(&f);
-  send(c, f);
+  send(c, join_ok_frame(opt_.secret, node_nonce, c->challenge, answer));
   std::string up = begin_ctl(CtlType::kMemberUp);
   wire::Writer wu(&up);
   put_member(wu, m);
@@ -258,6 +282,41 @@ void Manager::admit(Client* c, Member m) {
   if (opt_.verbose) {
     fprintf(stderr, "ltier-manager: node %u '%s' joined (%s)\n", m.node, m.name.c_str(),
             m.addresses.c_str());
+  }
+}
+
+// A restarted manager knows nothing: the members that outlived the old one
+// tell it. The first claim fixes the cluster token; every claim raises the
+// next fresh id above the highest id its claimant has seen, and brings back
+// the locks it holds and the names it registered. An id this manager has
+// already admitted is never admitted again: its holder was declared down,
+// or another process holds it.
+void Manager::readmit(Client* c, const JoinRequest& j, Member m, const Nonce& node_nonce) {
+  if (!token_adopted_ && members_.empty() && next_node_ == 1) {
+    token_ = j.claim_token;
+    token_adopted_ = true;
+  }
+  const uint32_t id = j.claim_node;
+  std::string why;
+  if (j.claim_token != token_) {
+    why = "this manager serves another cluster (its token differs)";
+  } else if (id >= kMaxNodeId || j.high_water >= kMaxNodeId) {
+    why = "node id out of range";
+  } else if (issued_[id]) {
+    why = members_.count(id) != 0 ? "node id " + std::to_string(id) + " is taken"
+                                  : "node " + std::to_string(id) + " was declared down";
+  }
+  if (!why.empty()) return refuse_join(c, m.name, Code::kClosed, why);
+  next_node_ = std::max({next_node_, id + 1, j.high_water + 1});
+  m.node = id;
+  for (const std::string& name : j.names) names_.try_emplace(name, id);
+  admit(c, std::move(m), node_nonce);
+  for (const auto& [name, owner] : j.locks) {
+    auto [it, fresh] = locks_.try_emplace(name);
+    if (fresh) {
+      it->second.holder = c;
+      it->second.owner = owner;
+    }
   }
 }
 
@@ -395,6 +454,7 @@ void Manager::check_timeouts() {
     send(c, f);
     drop(c, "heartbeat timeout");
   }
+  if (!held_.empty() && now >= recover_until_ns_) admit_held();
   // The unjoined list is in connection order: the stale ones are in front.
   const uint64_t join_limit = static_cast<uint64_t>(opt_.join_timeout_ms) * 1000000ull;
   while (!unjoined_.empty() && now - unjoined_.front()->connected_ns > join_limit) {

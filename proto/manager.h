@@ -30,6 +30,11 @@ struct ManagerOptions {
   // so idle or flooding strangers cannot hold the manager's descriptors.
   uint32_t join_timeout_ms = 5000;
   uint32_t max_unjoined = 1024;
+  // After a restart, fresh joins wait this long (answered at its end) while
+  // the members of the cluster that outlived the old manager reconnect and
+  // claim their ids back, so that no newcomer starts a cluster of its own.
+  // 0 (the default): a fresh manager admits joins at once.
+  uint32_t recover_ms = 0;
   bool verbose = false;  // one line per membership change on stderr
 };
 
@@ -50,17 +55,21 @@ class Manager {
     uint64_t last_seen_ns = 0;
     uint64_t connected_ns = 0;
     Member member;
+    Nonce challenge{};  // this connection's nonce for the join handshake
     std::list<Client*>::iterator unjoined;  // its place in unjoined_ until it joins
   };
   void on_readable(Client* c);
   void handle(Client* c, const std::string& payload);
   // One per control message a client sends; `r` is past the type byte.
-  void on_join(Client* c, wire::Reader& r);
+  void on_join(Client* c, const std::string& payload);
   void on_lock(Client* c, CtlType type, wire::Reader& r);
   void on_barrier(Client* c, wire::Reader& r);
   void on_name(Client* c, CtlType type, wire::Reader& r);
-  void refuse_join(Client* c, const std::string& name, bool auth);
-  void admit(Client* c, Member m);
+  void refuse_join(Client* c, const std::string& name, Code code, const std::string& why);
+  void admit(Client* c, Member m, const Nonce& node_nonce);
+  // A member of the cluster that outlived the old manager claims its id back.
+  void readmit(Client* c, const JoinRequest& j, Member m, const Nonce& node_nonce);
+  void admit_held();
   void send(Client* c, const std::string& frame);
   void drop(Client* c, const char* why);
   void broadcast(const std::string& frame, uint32_t except);
@@ -75,6 +84,17 @@ class Manager {
   net::Fd epfd_;
   uint64_t token_ = 0;
   uint32_t next_node_ = 1;
+  // Ids this manager has admitted (fresh or claimed back): one that is not a
+  // member any more was declared down, and is never admitted again.
+  std::vector<bool> issued_ = std::vector<bool>(kMaxNodeId, false);
+  bool token_adopted_ = false;  // token_ came from the first member to claim its id back
+  uint64_t recover_until_ns_ = 0;
+  struct Held {  // a fresh join that waits for the end of the recovery time
+    Client* client;
+    Member member;
+    Nonce nonce;
+  };
+  std::vector<Held> held_;
   std::unordered_map<Client*, std::unique_ptr<Client>> clients_;
   std::list<Client*> unjoined_;  // clients that have not joined, oldest first
   size_t max_unjoined_ = 0;      // opt_.max_unjoined, bounded by the descriptor limit

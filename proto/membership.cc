@@ -18,61 +18,63 @@ Status Membership::send_frame(const std::string& f, Deadline d) {
   return net::write_all(fd_.get(), f.data(), f.size(), d);
 }
 
-Status Membership::join(const ClusterConfig& c, const std::string& tenant,
-                        const std::string& addresses, uint32_t rank, Deadline d) {
-  std::string host;
-  uint16_t port = 0;
-  sockaddr_in addr{};
-  if (!parse_host_port(c.manager, &host, &port).is_ok() ||
-      !net::resolve(host, port, &addr).is_ok()) {
-    LT_ERROR("join: cluster.manager '%s' is not a valid host:port", c.manager.c_str());
-    return Code::kInvalidArg;
-  }
-  auto fd = net::connect_tcp(addr, d);
-  if (!fd) {
-    LT_ERROR("join: cannot reach ltier-manager at %s (%s)", c.manager.c_str(), fd.status().name());
-    return fd.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
-  }
-  fd_ = std::move(fd.value());
-  std::string name = c.node_name;
-  if (name.empty()) {
-    char h[256] = {};
-    gethostname(h, sizeof(h) - 1);
-    name = std::string(h) + "." + std::to_string(getpid());
-  }
-  std::string f = begin_ctl(CtlType::kJoin);
-  wire::Writer w(&f);
-  w.str(c.secret);
-  w.str(name);
-  w.str(addresses);
-  w.str(net::host_id());
-  w.str(tenant);
-  w.u32(rank);
-  finish_ctl(&f);
-  LT_RETURN_IF_ERROR(send_frame(f, d));
-  std::string payload;
-  // The answer usually comes within a few hundred microseconds: poll the
-  // socket for a short while before sleeping, which saves a wake-up.
-  uint64_t spin_until = now_ns() + kJoinSpinNs;
+Membership::~Membership() { stop_rejoin(); }
+
+namespace {
+// Next control frame on `fd` into *payload, waiting until `d`. The answer
+// usually comes within a few hundred microseconds: poll the socket for a
+// short while before sleeping, which saves a wake-up. On EOF a frame the
+// manager wrote before closing (a refusal) is still returned.
+Status read_frame(int fd, CtlStream* in, Deadline d, std::string* payload) {
+  const uint64_t spin_until = now_ns() + kJoinSpinNs;
   for (;;) {
-    Status s = in_.next(&payload);
-    if (s.is_ok()) break;
+    Status s = in->next(payload);
+    if (s.is_ok()) return s;
     if (s.code() != Code::kNoResource) return Code::kMalformed;
-    pollfd p{fd_.get(), POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};
     bool spinning = now_ns() < spin_until;
     int n = ::poll(&p, 1, spinning ? 0 : d.remaining_ms());
     if (n == 0 && spinning) continue;
-    if (n == 0) {
-      LT_ERROR("join: ltier-manager at %s did not answer in time", c.manager.c_str());
-      return Code::kTimedOut;
+    if (n == 0) return Code::kTimedOut;
+    if (!in->fill(fd).is_ok()) return in->next(payload).is_ok() ? Status::ok() : Code::kPeerDown;
+  }
+}
+}  // namespace
+
+Status Membership::handshake(const JoinRequest& j, Deadline d, net::Fd* fd, CtlStream* in,
+                             std::string* answer) {
+  const std::string& where = cluster_.manager;
+  std::string host;
+  uint16_t port = 0;
+  sockaddr_in addr{};
+  if (!parse_host_port(where, &host, &port).is_ok() || !net::resolve(host, port, &addr).is_ok()) {
+    LT_ERROR("join: cluster.manager '%s' is not a valid host:port", where.c_str());
+    return Code::kInvalidArg;
+  }
+  auto c = net::connect_tcp(addr, d);
+  if (!c) {
+    if (j.claim_node == 0) {
+      LT_ERROR("join: cannot reach ltier-manager at %s (%s)", where.c_str(), c.status().name());
     }
-    Status fs = in_.fill(fd_.get());
-    if (!fs.is_ok()) {
-      // The manager may have written a refusal and closed: parse what we have.
-      if (in_.next(&payload).is_ok()) break;
-      LT_ERROR("join: ltier-manager at %s closed the connection", c.manager.c_str());
-      return Code::kPeerDown;
+    return c.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
+  }
+  *fd = std::move(c.value());
+  std::string payload;
+  Nonce theirs{}, mine{};
+  Status s = read_frame(fd->get(), in, d, &payload);
+  if (s.is_ok() && !parse_challenge(payload, &theirs)) s = Code::kMalformed;
+  if (s.is_ok() && !make_nonce(&mine)) s = Code::kSys;
+  if (s.is_ok()) {
+    std::string f = join_frame(cluster_.secret, theirs, mine, j);
+    s = net::write_all(fd->get(), f.data(), f.size(), d);
+  }
+  if (s.is_ok()) s = read_frame(fd->get(), in, d, &payload);
+  if (!s.is_ok()) {
+    if (j.claim_node == 0) {
+      LT_ERROR("join: ltier-manager at %s %s", where.c_str(),
+               s.code() == Code::kTimedOut ? "did not answer in time" : "closed the connection");
     }
+    return s.code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
   }
   wire::Reader r(std::span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()),
                                             payload.size()));
@@ -81,35 +83,75 @@ Status Membership::join(const ClusterConfig& c, const std::string& tenant,
     uint8_t raw = r.u8();
     auto code = raw < kNumCodes ? static_cast<Code>(raw) : Code::kMalformed;
     std::string reason(r.str(256));
-    LT_ERROR("join refused by ltier-manager at %s: %s", c.manager.c_str(), reason.c_str());
-    fd_.reset();
-    return r.ok() && code == Code::kAuth ? Code::kAuth : Code::kNoResource;
+    LT_ERROR("%s refused by ltier-manager at %s: %s", j.claim_node ? "rejoin" : "join",
+             where.c_str(), reason.c_str());
+    if (r.ok() && (code == Code::kAuth || code == Code::kClosed)) return code;
+    return Code::kNoResource;
   }
   if (type != CtlType::kJoinOk) return Code::kMalformed;
-  self_ = r.u32();
-  token_ = r.u64();
-  heartbeat_ms_ = r.u32();
+  Code code = open_join_ok(payload, cluster_.secret, mine, theirs, answer);
+  if (code == Code::kAuth) {
+    LT_ERROR("join: the manager at %s does not know the cluster secret", where.c_str());
+  }
+  return code;
+}
+
+Status Membership::adopt(const std::string& answer, std::map<NodeId, Member>* members) {
+  wire::Reader r(std::span<const std::byte>(reinterpret_cast<const std::byte*>(answer.data()),
+                                            answer.size()));
+  NodeId self = r.u32();
+  uint64_t token = r.u64();
+  uint32_t heartbeat_ms = r.u32();
   r.u32();  // down_after_ms: informative
   uint32_t count = r.u32();
-  if (!r.ok() || count > kMaxMembers || self_ == 0) return Code::kMalformed;
+  if (!r.ok() || count > kMaxMembers || self == 0) return Code::kMalformed;
+  for (uint32_t i = 0; i < count; ++i) {
+    Member m;
+    if (!get_member(r, &m)) return Code::kMalformed;
+    (*members)[m.node] = m;
+  }
+  if (self_ != 0 && (self != self_ || token != token_)) return Code::kMalformed;  // a claim
+  self_ = self;
+  token_ = token;
+  heartbeat_ms_ = heartbeat_ms != 0 ? heartbeat_ms : 200;
+  return Status::ok();
+}
+
+Status Membership::join(const ClusterConfig& c, const std::string& tenant,
+                        const std::string& addresses, uint32_t rank, Deadline d) {
+  cluster_ = c;
+  std::string name = c.node_name;
+  if (name.empty()) {
+    char h[256] = {};
+    gethostname(h, sizeof(h) - 1);
+    name = std::string(h) + "." + std::to_string(getpid());
+  }
+  request_ = JoinRequest{};
+  request_.name = name;
+  request_.addresses = addresses;
+  request_.host_id = net::host_id();
+  request_.tenant = tenant;
+  request_.rank = rank;
+  std::string answer;
+  LT_RETURN_IF_ERROR(handshake(request_, d, &fd_, &in_, &answer));
+  std::map<NodeId, Member> members;
+  LT_RETURN_IF_ERROR(adopt(answer, &members));
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (uint32_t i = 0; i < count; ++i) {
-      Member m;
-      if (!get_member(r, &m)) return Code::kMalformed;
-      members_[m.node] = m;
-    }
+    members_ = std::move(members);
+    high_water_ = members_.empty() ? 0 : members_.rbegin()->first;
   }
-  if (heartbeat_ms_ == 0) heartbeat_ms_ = 200;
   next_beat_ns_ = now_ns() + heartbeat_ms_ * 1000000ull;
   // Pushes that arrived with the JoinOk (a node joining right after us) are
   // already in our buffer; the socket will not signal them again.
   std::vector<Event> early;
+  std::string payload;
   while (in_.next(&payload).is_ok()) handle_push(payload, &early);
   return Status::ok();
 }
 
 void Membership::leave() {
+  stop_rejoin();
   if (!fd_.valid()) return;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -121,6 +163,99 @@ void Membership::leave() {
   ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
+// The thread handle moves under mu_ (the progress thread starts rejoin
+// threads under it too); the join happens outside it, since the thread
+// takes mu_.
+void Membership::stop_rejoin() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    leaving_ = true;
+    cv_.notify_all();
+    t = std::move(rejoiner_);
+  }
+  if (t.joinable()) t.join();
+}
+
+// The rejoin thread: claims this node's place back from whichever manager
+// answers at cluster.manager, retrying with backoff (50 ms doubling to 1 s)
+// until it is admitted, refused, or the engine leaves.
+void Membership::rejoin_loop() {
+  uint32_t backoff_ms = 50;
+  for (;;) {
+    JoinRequest j = request_;
+    {
+      std::unique_lock<std::mutex> g(mu_);
+      cv_.wait_for(g, std::chrono::milliseconds(backoff_ms), [&] { return leaving_; });
+      if (leaving_) return;
+      j.claim_node = self_;
+      j.claim_token = token_;
+      j.high_water = high_water_;
+      j.locks.assign(held_locks_.begin(), held_locks_.end());
+      j.names.assign(my_names_.begin(), my_names_.end());
+    }
+    net::Fd fd;
+    CtlStream in;
+    std::string answer;
+    Status s = handshake(j, Deadline::after_ms(500), &fd, &in, &answer);
+    if (s.is_ok() || s.code() == Code::kClosed || s.code() == Code::kAuth) {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        rejoin_refused_ = !s.is_ok();
+        staged_fd_ = std::move(fd);
+        staged_in_ = std::move(in);
+        staged_answer_ = std::move(answer);
+      }
+      rejoin_ready_.store(true, std::memory_order_release);
+      if (wake_) wake_();
+      return;
+    }
+    backoff_ms = std::min<uint32_t>(backoff_ms * 2, 1000);
+  }
+}
+
+bool Membership::finish_rejoin(std::vector<Event>* events) {
+  rejoin_ready_.store(false, std::memory_order_relaxed);
+  std::map<NodeId, Member> fresh;
+  bool ok;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    ok = !rejoin_refused_ && adopt(staged_answer_, &fresh).is_ok();
+    if (!ok) {
+      expelled_ = true;
+      events->push_back({Event::kExpelled, self_});
+      return false;
+    }
+    for (auto& [id, m] : members_) {
+      if (fresh.count(id) == 0) events->push_back({Event::kDown, id});
+    }
+    for (auto& [id, m] : fresh) {
+      if (members_.count(id) == 0) events->push_back({Event::kUp, id});
+      high_water_ = std::max(high_water_, id);
+    }
+    members_ = std::move(fresh);
+    manager_lost_ = false;
+  }
+  {
+    std::lock_guard<std::mutex> g(send_mu_);
+    fd_ = std::move(staged_fd_);
+  }
+  in_ = std::move(staged_in_);
+  lost_.store(false, std::memory_order_release);
+  next_beat_ns_ = 0;  // say we are here at once
+  events->push_back({Event::kRejoined, self_});
+  LT_INFO("reconnected to ltier-manager at %s as node %u", cluster_.manager.c_str(), self_);
+  std::string payload;
+  while (in_.next(&payload).is_ok()) handle_push(payload, events);
+  return true;
+}
+
+bool Membership::note_lock(const std::string& name, uint64_t owner, bool held) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (held) return held_locks_.emplace(name, owner).second;
+  return held_locks_.erase({name, owner}) != 0;
+}
+
 void Membership::handle_push(const std::string& payload, std::vector<Event>* events) {
   wire::Reader r(std::span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()),
                                             payload.size()));
@@ -129,14 +264,18 @@ void Membership::handle_push(const std::string& payload, std::vector<Event>* eve
   if (type == CtlType::kMemberUp) {
     Member m;
     if (get_member(r, &m)) {
+      bool known = members_.count(m.node) != 0;
       members_[m.node] = m;
-      events->push_back({true, m.node});
+      high_water_ = std::max(high_water_, m.node);
+      if (!known) events->push_back({Event::kUp, m.node});
     }
   } else if (type == CtlType::kMemberDown) {
     NodeId n = r.u32();
-    if (r.ok()) {
-      members_.erase(n);
-      events->push_back({false, n});  // n == self(): the manager declared this node down
+    if (r.ok() && n == self_) {
+      expelled_ = true;  // the manager declared this node down
+      events->push_back({Event::kExpelled, n});
+    } else if (r.ok() && members_.erase(n) != 0) {
+      events->push_back({Event::kDown, n});
     }
   } else if (type == CtlType::kNameReply) {
     uint64_t req = r.u64();
@@ -165,7 +304,17 @@ Status Membership::on_readable(std::vector<Event>* events) {
   }
   if (!fs.is_ok()) {
     std::lock_guard<std::mutex> g(mu_);
-    if (!manager_lost_ && !leaving_) LT_WARN("lost the connection to ltier-manager");
+    if (!manager_lost_ && !leaving_ && !expelled_ && reconnect_) {
+      LT_WARN(
+          "lost the connection to ltier-manager at %s: reconnecting (calls that need the "
+          "manager fail with PEER_DOWN meanwhile)",
+          cluster_.manager.c_str());
+      events->push_back({Event::kManagerLost, self_});
+      lost_.store(true, std::memory_order_release);
+      // A rejoin thread that reconnected once before has returned by now.
+      if (rejoiner_.joinable()) rejoiner_.join();
+      rejoiner_ = std::thread([this] { rejoin_loop(); });
+    }
     manager_lost_ = true;
     cv_.notify_all();
     return Code::kPeerDown;
@@ -180,6 +329,7 @@ int Membership::heartbeat(uint64_t now) {
     LT_WARN("heartbeat %llu ms late: the progress thread was held up",
             static_cast<unsigned long long>((now - next_beat_ns_) / 1000000));
   }
+  if (lost_.load(std::memory_order_acquire)) return static_cast<int>(heartbeat_ms_);
   if (now >= next_beat_ns_) {
     std::string f = begin_ctl(CtlType::kHeartbeat);
     finish_ctl(&f);
@@ -270,10 +420,20 @@ uint64_t Membership::new_req() {
 }
 
 Status Membership::register_name(const std::string& name, Deadline d) {
-  return name_call(CtlType::kNameRegister, name, d).status();
+  Status s = name_call(CtlType::kNameRegister, name, d).status();
+  if (s.is_ok()) {
+    std::lock_guard<std::mutex> g(mu_);
+    my_names_.insert(name);
+  }
+  return s;
 }
 Status Membership::unregister_name(const std::string& name, Deadline d) {
-  return name_call(CtlType::kNameUnregister, name, d).status();
+  Status s = name_call(CtlType::kNameUnregister, name, d).status();
+  if (s.is_ok() || s.code() == Code::kNotFound) {
+    std::lock_guard<std::mutex> g(mu_);
+    my_names_.erase(name);
+  }
+  return s;
 }
 Result<NodeId> Membership::lookup_name(const std::string& name, Deadline d) {
   return name_call(CtlType::kNameLookup, name, d);

@@ -1,17 +1,27 @@
-// A node's side of the control protocol: joins through ltier-manager, keeps
-// the address book, sends heartbeats, turns manager pushes into membership
-// events, and asks the manager's name directory. The socket is read only by
-// the progress thread (on_readable); name requests may come from any thread
-// and wait for the progress thread to deliver their reply.
+// A node's side of the control protocol: joins through ltier-manager (an
+// authenticated handshake, control.h), keeps the address book, sends
+// heartbeats, turns manager pushes into membership events, and asks the
+// manager's name directory. The socket is read only by the progress thread
+// (on_readable); name requests may come from any thread and wait for the
+// progress thread to deliver their reply.
+//
+// When the manager connection breaks (the manager died or restarted), a
+// rejoin thread reconnects with backoff and claims this node's id back,
+// with the locks it holds and the names it registered; the progress thread
+// then installs the new connection (finish_rejoin). Meanwhile the data path
+// is untouched and calls that need the manager fail with kPeerDown.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/config.h"
@@ -34,15 +44,36 @@ struct CtlArgs {
 class Membership {
  public:
   struct Event {
-    bool up;
+    enum Kind : uint8_t {
+      kUp,           // `node` joined
+      kDown,         // `node` left or was declared down
+      kExpelled,     // the manager declared this node (`node`) down, or refused its claim back
+      kManagerLost,  // the manager connection broke; reconnecting
+      kRejoined,     // reconnected to a (restarted) manager under the same id
+    };
+    Kind kind;
     NodeId node;
   };
 
+  ~Membership();
   /// Blocks until the manager admits or refuses this node. kAuth for a wrong
-  /// secret, kPeerDown when the manager cannot be reached, kTimedOut.
+  /// secret (or a manager that does not know it), kPeerDown when the manager
+  /// cannot be reached, kTimedOut.
   Status join(const ClusterConfig& c, const std::string& tenant, const std::string& addresses,
               uint32_t rank, Deadline d);
   void leave();
+  /// Called by the rejoin thread once a new connection is ready or the claim
+  /// was refused: wakes the progress thread, which calls finish_rejoin().
+  void set_waker(std::function<void()> wake) { wake_ = std::move(wake); }
+  /// Whether a lost manager connection is reconnected (default yes). A
+  /// program that drives one connection by hand (the fuzz target) says no.
+  void set_reconnect(bool on) { reconnect_ = on; }
+  /// Progress thread, cheap: a rejoin attempt has an outcome to install.
+  bool rejoin_ready() const { return rejoin_ready_.load(std::memory_order_acquire); }
+  /// Progress thread: installs the new connection and reports the members
+  /// that came and went meanwhile (or kExpelled). True when the manager
+  /// socket (fd()) is to be watched again.
+  bool finish_rejoin(std::vector<Event>* events);
 
   NodeId self() const { return self_; }
   uint64_t cluster_token() const { return token_; }
@@ -54,6 +85,11 @@ class Membership {
   Status on_readable(std::vector<Event>* events);
   /// Progress thread: sends a heartbeat if one is due; returns ms until the next.
   int heartbeat(uint64_t now_ns);
+
+  /// The lock holder's and the name directory's bookkeeping, carried by a
+  /// claim after a manager restart. Called by the engine's sync calls.
+  /// False when `held` is false and the lock was not noted as held.
+  bool note_lock(const std::string& name, uint64_t owner, bool held);
 
   std::optional<transport::PeerInfo> peer(NodeId n) const;
   std::vector<Member> members() const;
@@ -73,22 +109,47 @@ class Membership {
   Result<NodeId> lookup_name(const std::string& name, Deadline d);
 
  private:
+  // One handshake on a new connection: *answer is the kJoinOk's contents.
+  // kClosed when the manager refused a claim back.
+  Status handshake(const JoinRequest& j, Deadline d, net::Fd* fd, CtlStream* in,
+                   std::string* answer);
+  // A kJoinOk's contents into self_, token_ and members_.
+  Status adopt(const std::string& answer, std::map<NodeId, Member>* members);
   void handle_push(const std::string& payload, std::vector<Event>* events);
   std::string ctl_frame(CtlType t, uint64_t req, const std::string& name, const CtlArgs& a);
   Status send_frame(const std::string& f, Deadline d);
+  void rejoin_loop();
+  void stop_rejoin();
 
+  ClusterConfig cluster_;
+  JoinRequest request_;  // the fresh join's fields; a claim adds the rest
   net::Fd fd_;
   NodeId self_ = 0;
   uint64_t token_ = 0;
   uint32_t heartbeat_ms_ = 200;
   uint64_t next_beat_ns_ = 0;
   CtlStream in_;
+  std::function<void()> wake_;
+  bool reconnect_ = true;
+  std::thread rejoiner_;
+  std::atomic<bool> rejoin_ready_{false};
+  std::atomic<bool> lost_{false};  // heartbeats pause while the manager is away
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   std::map<NodeId, Member> members_;
   bool manager_lost_ = false;
   bool leaving_ = false;
+  bool expelled_ = false;
+  uint32_t high_water_ = 0;  // the highest node id seen
+  std::set<std::pair<std::string, uint64_t>> held_locks_;
+  std::set<std::string> my_names_;
+  // The rejoin thread's outcome, for finish_rejoin: a connection and its
+  // kJoinOk, or refused.
+  bool rejoin_refused_ = false;
+  net::Fd staged_fd_;
+  CtlStream staged_in_;
+  std::string staged_answer_;
   uint64_t next_req_ = 1;
   struct Pending {
     bool done = false;

@@ -41,6 +41,11 @@ class WaitSets {
   WaitSets(const WaitSets&) = delete;
   WaitSets& operator=(const WaitSets&) = delete;
 
+  /// The manager socket is new (a reconnect): watch it from now on.
+  void watch_manager(int fd) {
+    manager_fd_ = fd;
+    for (int set : {all_, park_}) add(set, fd, kManager);
+  }
   /// Waits on everything up to timeout_ms (0: just look).
   void wait(int timeout_ms) {
     epoll_event evs[4];
@@ -77,7 +82,9 @@ class WaitSets {
     }
   }
 
-  const int all_, park_, manager_fd_, wake_fd_;
+  const int all_, park_;
+  int manager_fd_;
+  const int wake_fd_;
   std::function<bool()> on_manager_;
 };
 }  // namespace
@@ -108,6 +115,11 @@ void Engine::progress_loop() {
     bool did = progress();
     uint64_t now = now_ns();
     int hb = membership_.heartbeat(now);
+    if (membership_.rejoin_ready()) {  // the manager came back, or refused us
+      events.clear();
+      if (membership_.finish_rejoin(&events)) sets.watch_manager(membership_.fd());
+      apply_events(events);
+    }
     if (served_.load(std::memory_order_relaxed) != served_before) {
       spin_until = now + spin_ns;
       yield_at = now + kSpinYieldNs;

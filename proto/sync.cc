@@ -30,13 +30,22 @@ Status Engine::lock(const std::string& name, Deadline d) {
     // Withdraw the waiting acquire; if the grant crossed it, this releases.
     (void)membership_.post_only(CtlType::kLockRelease, membership_.new_req(), name, a);
   }
+  if (r) membership_.note_lock(name, a.u64, true);  // claimed back after a manager restart
   return r.status();
 }
 
 Status Engine::unlock(const std::string& name, Deadline d) {
   LT_RETURN_IF_ERROR(usable());
   if (!valid_sync_name(name)) return Code::kInvalidArg;
-  return membership_.name_call(CtlType::kLockRelease, name, d, lock_owner()).status();
+  CtlArgs a = lock_owner();
+  Status s = membership_.name_call(CtlType::kLockRelease, name, d, a).status();
+  if (s.is_ok()) membership_.note_lock(name, a.u64, false);
+  // With the manager away, nobody can take the lock; forgetting it here means
+  // it is not claimed back, so it is free under the restarted manager.
+  if (s.code() == Code::kPeerDown && membership_.note_lock(name, a.u64, false)) {
+    return Status::ok();
+  }
+  return s;
 }
 
 Status Engine::barrier(const std::string& name, uint32_t count, Deadline d) {

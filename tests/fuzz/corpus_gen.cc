@@ -132,15 +132,9 @@ std::string member(uint32_t node, const std::string& name, const std::string& ad
   return s;
 }
 
-std::string strs(std::initializer_list<std::string> v) {
-  std::string s;
-  wire::Writer w(&s);
-  for (const auto& x : v) w.str(x);
-  return s;
-}
-
+// A kJoinOk with room for its MAC (membership_fuzz seals it).
 std::string join_ok(uint32_t self, std::initializer_list<std::string> members) {
-  std::string b;
+  std::string b(kMacBytes, '\0');
   wire::Writer w(&b);
   w.u32(self);
   w.u64(0x1234567890abcdefull);
@@ -188,8 +182,11 @@ std::string name_reply(uint64_t req, Code code, uint32_t node) {
 
 void control_seeds() {
   using proto::CtlType;
-  const std::string join =
-      ctl(CtlType::kJoin, strs({"s", "node", "127.0.0.1:1", "h", "t"}) + u32(proto::kNoRank));
+  proto::JoinRequest j;
+  j.name = "node";
+  j.addresses = "tcp=127.0.0.1:1";
+  Nonce n{};
+  const std::string join = proto::seal_join("s", n, n, proto::join_body(j));
   put("control", "join", u8(0) + join);
   put("control", "join-ok",
       u8(1) + join_ok(2, {member(2, "b", "tcp=127.0.0.1:2"), member(1, "a", "127.0.0.1:1")}));
@@ -210,32 +207,50 @@ void control_seeds() {
 
 // ---------------------------------------------------------------- manager
 
-// Records: u8 flags (bit 0: connection, bit 1: sync after), u16 n, n bytes.
-std::string rec(int conn, bool sync, const std::string& bytes) {
-  return u8(static_cast<uint8_t>(conn | (sync ? 2 : 0))) +
+// Records: u8 flags (bit 0: connection, bit 1: sync after, bit 2: a join
+// body to seal, bit 3: with a wrong secret), u16 n, n bytes.
+std::string rec(int conn, bool sync, const std::string& bytes, int seal = 0) {
+  return u8(static_cast<uint8_t>(conn | (sync ? 2 : 0) | seal)) +
          u16(static_cast<uint16_t>(bytes.size())) + bytes;
 }
 
 void manager_seeds() {
   using proto::CtlType;
-  auto join = [](const std::string& secret, const std::string& name) {
-    return ctl(CtlType::kJoin,
-               strs({secret, name, "tcp=127.0.0.1:1", "host", "tenant"}) + u32(proto::kNoRank));
+  auto body = [](const std::string& name, uint32_t claim = 0) {
+    proto::JoinRequest j;
+    j.name = name;
+    j.addresses = "tcp=127.0.0.1:1";
+    j.host_id = "host";
+    j.tenant = "tenant";
+    j.claim_node = claim;
+    j.high_water = claim;
+    if (claim != 0) {
+      j.locks = {{"l", 7}};
+      j.names = {"x"};
+    }
+    return proto::join_body(j);
   };
+  // A sealed join on connection `conn`, then a sync.
+  auto join = [&](int conn, const std::string& name) { return rec(conn, true, body(name), 4); };
   put("manager", "join-leave",
-      u8(0) + rec(0, true, join("s", "a")) + rec(0, false, ctl(CtlType::kHeartbeat, "")) +
+      u8(0) + join(0, "a") + rec(0, false, ctl(CtlType::kHeartbeat, "")) +
           rec(0, false, ctl(CtlType::kLeave, "")));
-  put("manager", "wrong-secret", u8(1) + rec(0, true, join("wrong", "a")));
+  put("manager", "wrong-secret", u8(1) + rec(0, true, body("a"), 4 | 8));
+  put("manager", "unsealed-join", u8(9) + rec(0, true, ctl(CtlType::kJoin, body("a"))));
+  put("manager", "claim-back",
+      u8(10) + rec(0, true, body("a", 5), 4) + join(1, "b") +
+          rec(1, true, lock_req(CtlType::kLockAcquire, 1, "l", 8)) +
+          rec(0, true, lock_req(CtlType::kLockRelease, 2, "l", 7)));
   put("manager", "speak-before-join", u8(2) + rec(1, false, ctl(CtlType::kHeartbeat, "")));
   put("manager", "names",
-      u8(3) + rec(0, true, join("s", "a")) + rec(1, true, join("s", "b")) +
+      u8(3) + join(0, "a") + join(1, "b") +
           rec(0, true, name_req(CtlType::kNameRegister, 1, "x")) +
           rec(1, true, name_req(CtlType::kNameRegister, 2, "x")) +
           rec(1, true, name_req(CtlType::kNameLookup, 3, "x")) +
           rec(1, true, name_req(CtlType::kNameUnregister, 4, "x")) +
           rec(0, true, name_req(CtlType::kNameUnregister, 5, "x")));
   put("manager", "lock-handoff",
-      u8(4) + rec(0, true, join("s", "a")) + rec(1, true, join("s", "b")) +
+      u8(4) + join(0, "a") + join(1, "b") +
           rec(0, true, lock_req(CtlType::kLockAcquire, 1, "l", 7)) +
           rec(1, true, lock_req(CtlType::kLockAcquire, 2, "l", 8)) +
           rec(0, true, lock_req(CtlType::kLockAcquire, 3, "l", 7)) +
@@ -243,29 +258,30 @@ void manager_seeds() {
           rec(1, true, lock_req(CtlType::kLockRelease, 5, "l", 8)) +
           rec(1, true, lock_req(CtlType::kLockRelease, 6, "l", 8)));
   put("manager", "lock-holder-leaves",
-      u8(5) + rec(0, true, join("s", "a")) + rec(1, true, join("s", "b")) +
+      u8(5) + join(0, "a") + join(1, "b") +
           rec(0, true, lock_req(CtlType::kLockAcquire, 1, "l", 7)) +
           rec(1, true, lock_req(CtlType::kLockAcquire, 2, "l", 8)) +
           rec(0, true, ctl(CtlType::kLeave, "")));
   put("manager", "barrier",
-      u8(6) + rec(0, true, join("s", "a")) + rec(1, true, join("s", "b")) +
+      u8(6) + join(0, "a") + join(1, "b") +
           rec(0, true, barrier_req(1, "b", 2)) + rec(0, true, barrier_req(2, "b", 3)) +
           rec(1, true, barrier_req(3, "b", 2)) + rec(0, true, barrier_req(4, "c", 2)) +
           rec(0, true, barrier_req(4, "c", 0)));
   put("manager", "malformed-lock",
-      u8(7) + rec(0, true, join("s", "a")) + rec(0, true, ctl(CtlType::kLockAcquire, "xx")));
-  put("manager", "two-joins", u8(8) + rec(0, true, join("s", "a")) + rec(0, true, join("s", "a")));
+      u8(7) + join(0, "a") + rec(0, true, ctl(CtlType::kLockAcquire, "xx")));
+  put("manager", "two-joins", u8(8) + join(0, "a") + join(0, "a"));
 }
 
 // ---------------------------------------------------------------- membership
 
 void membership_seeds() {
   using proto::CtlType;
+  // Byte 0: seal the first frame (see membership_fuzz).
   put("membership", "join-ok",
-      join_ok(2, {member(2, "self", "tcp=127.0.0.1:1 shm=shm:1:x"),
+      u8(1) + join_ok(2, {member(2, "self", "tcp=127.0.0.1:1 shm=shm:1:x"),
                   member(1, "other", "tcp=127.0.0.1:9 shm=shm:2:y")}));
   put("membership", "join-ok-pushes",
-      join_ok(1, {member(1, "self", "127.0.0.1:1")}) +
+      u8(1) + join_ok(1, {member(1, "self", "127.0.0.1:1")}) +
           ctl(CtlType::kMemberUp, member(2, "b", "tcp=10.0.0.2:7 shm=shm:3:z")) +
           ctl(CtlType::kMemberUp, member(3, "c", "10.0.0.3:7")) +
           ctl(CtlType::kMemberDown, u32(2)) + name_reply(1, Code::kOk, 3) +
@@ -274,13 +290,14 @@ void membership_seeds() {
   wire::Writer w(&refused);
   w.u8(static_cast<uint8_t>(Code::kAuth));
   w.str("wrong cluster secret");
-  put("membership", "join-refused", ctl(CtlType::kJoinRefused, refused));
+  put("membership", "join-refused", u8(0) + ctl(CtlType::kJoinRefused, refused));
+  put("membership", "join-ok-unsealed", u8(0) + join_ok(1, {member(1, "self", "127.0.0.1:1")}));
   std::string full;
   wire::Writer wf(&full);
   wf.u8(static_cast<uint8_t>(Code::kNoResource));
   wf.str("cluster is full");
-  put("membership", "join-refused-full", ctl(CtlType::kJoinRefused, full));
-  put("membership", "not-a-join-reply", ctl(CtlType::kHeartbeat, ""));
+  put("membership", "join-refused-full", u8(0) + ctl(CtlType::kJoinRefused, full));
+  put("membership", "not-a-join-reply", u8(1) + ctl(CtlType::kHeartbeat, ""));
   put("membership", "empty", "");
 }
 

@@ -4,7 +4,10 @@
 //
 // Input: byte 0 seeds how each record is split into writes; then records
 //   u8 flags, u16 n, n bytes
-// sent on connection flags & 1. With flags & 2 the client then syncs (unless
+// sent on connection flags & 1. With flags & 4 the n bytes are the body of a
+// join (control.h's join_body) that the client seals for its connection's
+// challenge, as a node would (flags & 8: with a wrong secret); fuzzed MACs
+// would never pass. With flags & 2 the client then syncs (unless
 // it stopped inside a frame): it sends a kNameLookup and waits for its answer
 // or for the manager to drop the connection, so the order of requests across
 // the two connections is the order of the records (a lock held on one,
@@ -96,6 +99,8 @@ Server& server() {
 struct Client {
   net::Fd fd;
   CtlStream in;
+  Nonce challenge{};  // from the manager's first frame
+  bool challenged = false;
   bool eof = false;
   // What the client sent, cut into frames as far as they are complete.
   std::string sent;
@@ -142,7 +147,12 @@ struct Client {
     auto type = static_cast<CtlType>(r.u8());
     bool seen = false;
     switch (type) {
+      case CtlType::kChallenge:
+        FUZZ_CHECK(!challenged && parse_challenge(p, &challenge), "kChallenge");
+        challenged = true;
+        return false;
       case CtlType::kJoinOk: {
+        r.bytes(kMacBytes);
         FUZZ_CHECK(r.u32() != 0, "joined as node 0");
         r.u64();
         r.u32();
@@ -158,7 +168,10 @@ struct Client {
       }
       case CtlType::kJoinRefused: {
         uint8_t code = r.u8();
-        FUZZ_CHECK(code == static_cast<uint8_t>(Code::kAuth), std::to_string(code));
+        FUZZ_CHECK(code == static_cast<uint8_t>(Code::kAuth) ||
+                       code == static_cast<uint8_t>(Code::kClosed) ||
+                       code == static_cast<uint8_t>(Code::kNoResource),
+                   std::to_string(code));
         r.str(256);
         break;
       }
@@ -220,13 +233,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto fd = lt::net::connect_tcp(srv.addr(), d);
     FUZZ_CHECK(fd.is_ok(), fd.status().name());
     cl.fd = std::move(fd).value();
+    while (!cl.challenged && !cl.eof) {
+      cl.read();
+      FUZZ_CHECK(!d.expired(), "no challenge from the manager");
+      if (!cl.challenged) cl.wait(d);
+    }
   }
   uint64_t syncs = 0;
   while (!in.empty()) {
     uint8_t flags = in.u8();
     std::string_view bytes = in.bytes(in.u16());
     Client& cl = c[flags & 1];
-    send_all(cl, bytes, &split, d);
+    if (flags & 4) {
+      lt::Nonce mine{};
+      mine.fill(std::byte{0x33});
+      std::string sealed = seal_join((flags & 8) ? "wrong" : "s", cl.challenge, mine, bytes);
+      send_all(cl, sealed, &split, d);
+    } else {
+      send_all(cl, bytes, &split, d);
+    }
     if ((flags & 2) && cl.at_frame_boundary()) {
       std::string f = begin_ctl(CtlType::kNameLookup);
       lt::wire::Writer w(&f);

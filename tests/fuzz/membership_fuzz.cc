@@ -3,8 +3,10 @@
 // kNameReply, and peer() splitting a member's address field), driven by a
 // fake ltier-manager on loopback that answers a join with fuzzed bytes.
 //
-// Input: what the manager sends after it has read the node's kJoin, followed
-// by the end of its side. join must return (a hang is a failure) with one of
+// Input: byte 0, flags (bit 0: seal the first frame), then what the manager
+// sends after it has read the node's kJoin, followed by the end of its side.
+// A sealed first frame that is a kJoinOk gets the MAC the handshake expects
+// (fuzzed bytes never would), so the answer's decoding is reached. join must return (a hang is a failure) with one of
 // its documented codes; after a successful one the node reads the rest as
 // pushes until it sees the end, and its address book must hold only members
 // that decoded: non-zero ids, fields within their limits, and peer()
@@ -15,6 +17,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -97,7 +100,11 @@ class FakeManager {
       ::poll(&p, 1, 5);
     }
     net::Fd conn(fd);
-    // The node's kJoin: five strings and a rank, nothing else.
+    Nonce challenge{};
+    challenge.fill(std::byte{0x5a});
+    std::string ch = challenge_frame(challenge);
+    (void)net::write_all(fd, ch.data(), ch.size(), d);
+    // The node's kJoin, sealed with the secret for this challenge.
     CtlStream in;
     std::string join;
     for (;;) {
@@ -109,12 +116,14 @@ class FakeManager {
       ::poll(&p, 1, 5);
       FUZZ_CHECK(in.fill(fd).is_ok(), "the node closed before its kJoin");
     }
-    wire::Reader r(fuzz::as_bytes(join));
-    FUZZ_CHECK(r.u8() == static_cast<uint8_t>(CtlType::kJoin), "not a kJoin");
-    for (int i = 0; i < 5; ++i) r.str(1024);
-    r.u32();
-    FUZZ_CHECK(r.ok() && r.at_end(), "a kJoin that does not decode");
-    (void)net::write_all(fd, reply.data(), reply.size(), d);
+    FUZZ_CHECK(static_cast<CtlType>(join[0]) == CtlType::kJoin, "not a kJoin");
+    JoinRequest j;
+    Nonce node_nonce{};
+    FUZZ_CHECK(open_join(join, "s", challenge, &j, &node_nonce) == Code::kOk,
+               "a kJoin that does not open");
+    FUZZ_CHECK(j.claim_node == 0 && j.name == "fuzz", "not a fresh join");
+    std::string out = seal_first(reply, node_nonce, challenge);
+    (void)net::write_all(fd, out.data(), out.size(), d);
     ::shutdown(fd, SHUT_WR);
     // Until the node closes (it reads everything first: no reset).
     for (;;) {
@@ -125,6 +134,24 @@ class FakeManager {
       pollfd p{fd, POLLIN, 0};
       ::poll(&p, 1, 5);
     }
+  }
+
+  // The input less its flags byte; with flag bit 0 set, a leading kJoinOk frame is
+  // sealed as the real manager would.
+  static std::string seal_first(const std::string& input, const Nonce& node_nonce,
+                                const Nonce& challenge) {
+    if (input.empty()) return input;
+    std::string rest = input.substr(1);
+    if ((input[0] & 1) == 0 || rest.size() < sizeof(wire::FrameHeader)) return rest;
+    wire::FrameHeader h;
+    std::memcpy(&h, rest.data(), sizeof(h));
+    const size_t end = sizeof(h) + h.length;
+    if (h.kind != static_cast<uint8_t>(wire::FrameKind::kControl) || h.length < 1 + kMacBytes ||
+        rest.size() < end || static_cast<CtlType>(rest[sizeof(h)]) != CtlType::kJoinOk) {
+      return rest;
+    }
+    std::string answer = rest.substr(sizeof(h) + 1 + kMacBytes, end - sizeof(h) - 1 - kMacBytes);
+    return join_ok_frame("s", node_nonce, challenge, answer) + rest.substr(end);
   }
 
   net::Fd listen_;
@@ -181,11 +208,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.secret = std::string("s");  // not a literal: GCC 12 -O3 warns (-Wrestrict)
     c.node_name = "fuzz";
     Membership m;
+    m.set_reconnect(false);  // one connection per input
     Deadline d = Deadline::after_ms(kWaitMs);
     lt::Status s = m.join(c, "tenant", "tcp=127.0.0.1:1 shm=shm:1:x", kNoRank, d);
     const Code code = s.code();
     FUZZ_CHECK(code == Code::kOk || code == Code::kAuth || code == Code::kNoResource ||
-                   code == Code::kMalformed || code == Code::kPeerDown,
+                   code == Code::kMalformed || code == Code::kPeerDown || code == Code::kClosed,
                s.name());
     if (s.is_ok()) {
       FUZZ_CHECK(m.self() != 0, "joined as node 0");
@@ -194,7 +222,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (;;) {
         std::vector<Membership::Event> events;
         lt::Status r = m.on_readable(&events);
-        for (const auto& e : events) FUZZ_CHECK(e.node != 0 || !e.up, "member 0 came up");
+        for (const auto& e : events) {
+          FUZZ_CHECK(e.node != 0 || e.kind != Membership::Event::kUp, "member 0 came up");
+        }
         check_book(m);
         if (!r.is_ok()) {
           FUZZ_CHECK(r.code() == Code::kPeerDown, r.name());

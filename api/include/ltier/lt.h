@@ -101,6 +101,37 @@ int LT_node_info(lt_engine_t* e, lt_node_t node, lt_node_info_t* out);
 int LT_node_by_name(lt_engine_t* e, const char* name, int64_t timeout_us, lt_node_t* node);
 int LT_node_by_rank(lt_engine_t* e, uint32_t rank, int64_t timeout_us, lt_node_t* node);
 
+/* Membership events, oldest first, from the moment of LT_join:
+ *   LT_EV_UP            `node` joined;
+ *   LT_EV_DOWN          `node` left or was declared down (its id is never reused);
+ *   LT_EV_EXPELLED      this node (`node`, its old id) was declared down while it was
+ *                       alive (stalled past the manager's down time), or a restarted
+ *                       manager refused it back: every call now fails with
+ *                       -LT_ERR_CLOSED; LT_leave and LT_join again to rejoin under a new id;
+ *   LT_EV_MANAGER_LOST  the connection to ltier-manager broke: the engine reconnects on
+ *                       its own; calls that need the manager (names, locks, barriers)
+ *                       fail with -LT_ERR_PEER_DOWN meanwhile, the data path goes on;
+ *   LT_EV_REJOINED      reconnected to the (restarted) manager under the same id.
+ * Waits up to timeout_us (0: look once; negative: engine.op_timeout_ms) for
+ * one: -LT_ERR_TIMEDOUT when none came. At most 1024 events wait; older ones
+ * are dropped and `missed` says how many before this one. Still works after
+ * LT_EV_EXPELLED. */
+typedef enum lt_event_kind {
+  LT_EV_UP = 0,
+  LT_EV_DOWN = 1,
+  LT_EV_EXPELLED = 2,
+  LT_EV_MANAGER_LOST = 3,
+  LT_EV_REJOINED = 4,
+} lt_event_kind_t;
+typedef struct lt_member_event {
+  int kind; /* lt_event_kind_t */
+  lt_node_t node;
+  uint32_t missed;
+} lt_member_event_t;
+int LT_member_event(lt_engine_t* e, int64_t timeout_us, lt_member_event_t* ev);
+/* "up", "down", "expelled", "manager_lost", "rejoined"; "?" otherwise. */
+const char* LT_event_name(int kind);
+
 /* Allocates size bytes (zeroed) on `node`; this process becomes the LMR's
  * master and gets a handle with `rights`. */
 int LT_malloc(lt_engine_t* e, lt_node_t node, uint64_t size, uint32_t rights, lt_lmr_t* out);

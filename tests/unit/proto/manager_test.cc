@@ -6,6 +6,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+
 #include <atomic>
 #include <map>
 #include <memory>
@@ -49,28 +51,87 @@ class ManagerTest : public ::testing::Test {
     EXPECT_TRUE(fd.is_ok());
     return fd ? std::move(fd.value()) : net::Fd();
   }
-  // True once the manager has closed `fd` (EOF), waiting at most until `d`.
+  // True once the manager has closed `fd` (EOF after what it sent, its
+  // challenge), waiting at most until `d`.
   static bool closed_by_manager(int fd, Deadline d) {
     for (;;) {
       pollfd pf{fd, POLLIN, 0};
       if (::poll(&pf, 1, static_cast<int>(std::min<uint64_t>(d.remaining_ms(), 100))) > 0) {
-        char b;
-        return ::recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+        char b[256];
+        ssize_t n = ::recv(fd, b, sizeof(b), MSG_DONTWAIT);
+        if (n == 0) return true;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return true;  // reset
       }
       if (d.expired()) return false;
     }
   }
+  // The challenge the manager opens every connection with.
+  Nonce challenge(int fd) {
+    std::string p;
+    Nonce n{};
+    EXPECT_TRUE(next_frame(fd, &p));
+    EXPECT_TRUE(parse_challenge(p, &n));
+    return n;
+  }
+  // Sends a join (sealed with `secret`) on a fresh connection; the frame sent
+  // goes to *sent when asked. The answer is left to the caller.
+  net::Fd send_join(const JoinRequest& j, const std::string& secret = "s",
+                    std::string* sent = nullptr) {
+    net::Fd fd = idle();
+    Nonce mine{};
+    EXPECT_TRUE(make_nonce(&mine));
+    std::string f = join_frame(secret, challenge(fd.get()), mine, j);
+    EXPECT_TRUE(net::write_all(fd.get(), f.data(), f.size(), Deadline::after_ms(2000)).is_ok());
+    if (sent) *sent = f;
+    return fd;
+  }
+  static JoinRequest fresh(const std::string& name = "n") {
+    JoinRequest j;
+    j.name = name;
+    j.addresses = "tcp=127.0.0.1:1";
+    return j;
+  }
   // A joined client connection.
   net::Fd join() {
-    net::Fd fd = idle();
-    std::string f = begin_ctl(CtlType::kJoin);
-    wire::Writer w(&f);
-    for (const char* s : {"s", "n", "127.0.0.1:1", "h", "t"}) w.str(s);
-    w.u32(kNoRank);
-    finish_ctl(&f);
-    EXPECT_TRUE(net::write_all(fd.get(), f.data(), f.size(), Deadline::after_ms(2000)).is_ok());
+    net::Fd fd = send_join(fresh());
     EXPECT_EQ(next_type(fd.get()), CtlType::kJoinOk);
     return fd;
+  }
+  // The next frame's payload, waiting up to 5 s.
+  bool next_frame(int fd, std::string* p) {
+    Deadline d = Deadline::after_ms(5000);
+    for (;;) {
+      Status s = in_[fd].next(p);
+      if (s.is_ok()) return true;
+      if (s.code() != Code::kNoResource || d.expired()) return false;
+      pollfd pf{fd, POLLIN, 0};
+      ::poll(&pf, 1, d.remaining_ms());
+      if (!in_[fd].fill(fd).is_ok() && !in_[fd].next(p).is_ok()) return false;
+      if (!p->empty()) return true;
+    }
+  }
+  // The id (and *token) a join on `fd` was admitted with; 0 if refused.
+  uint32_t joined_as(int fd, uint64_t* token = nullptr) {
+    uint64_t t = 0;
+    Code c = Code::kOk;
+    if (next_type(fd, &t, &c) != CtlType::kJoinOk) return 0;
+    if (token) *token = t;
+    return static_cast<uint32_t>(c);
+  }
+  // The code of the kJoinRefused that answers a join on `fd`.
+  Code refusal(int fd) {
+    Code c = Code::kOk;
+    CtlType t = next_type(fd, nullptr, &c);
+    return t == CtlType::kJoinRefused ? c : Code::kInternal;
+  }
+  // A claim back of `node` in cluster `token`, as a survivor of a manager
+  // restart sends it.
+  static JoinRequest claim(uint32_t node, uint64_t token, uint32_t high_water) {
+    JoinRequest j = fresh("survivor");
+    j.claim_node = node;
+    j.claim_token = token;
+    j.high_water = high_water;
+    return j;
   }
   // A request (req, name[, count]); kBarrier carries the count.
   void send(int fd, CtlType t, uint64_t req, const std::string& name, uint32_t count) {
@@ -85,15 +146,7 @@ class ManagerTest : public ::testing::Test {
   // Next frame's type; a kNameReply's (req, code) into *req/*code.
   CtlType next_type(int fd, uint64_t* req = nullptr, Code* code = nullptr) {
     std::string p;
-    Deadline d = Deadline::after_ms(5000);
-    for (;;) {
-      Status s = in_[fd].next(&p);
-      if (s.is_ok()) break;
-      if (s.code() != Code::kNoResource || d.expired()) return CtlType{0};
-      pollfd pf{fd, POLLIN, 0};
-      ::poll(&pf, 1, d.remaining_ms());
-      (void)in_[fd].fill(fd);
-    }
+    if (!next_frame(fd, &p)) return CtlType{0};
     wire::Reader r(
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(p.data()), p.size()));
     auto t = static_cast<CtlType>(r.u8());
@@ -102,6 +155,14 @@ class ManagerTest : public ::testing::Test {
       auto c = static_cast<Code>(r.u8());
       if (req) *req = q;
       if (code) *code = c;
+    } else if (t == CtlType::kJoinOk) {
+      r.bytes(kMacBytes);
+      uint32_t node = r.u32();
+      uint64_t token = r.u64();
+      if (req) *req = token;
+      if (code) *code = static_cast<Code>(node);  // the node id, for joined_as()
+    } else if (t == CtlType::kJoinRefused) {
+      if (code) *code = static_cast<Code>(r.u8());
     }
     return t;
   }
@@ -168,6 +229,72 @@ TEST_F(ManagerTest, LockQueueIsFifoAndDeadHolderReleases) {
   expect_reply(c.get(), 3, Code::kOk);
 }
 
+// The secret never crosses the wire, so what an eavesdropper can capture is
+// a sealed join: sent again on another connection it meets another
+// challenge and is refused; a wrong secret is refused the same way.
+TEST_F(ManagerTest, ReplayedJoinAndWrongSecretAreRefused) {
+  std::string captured;
+  net::Fd a = send_join(fresh("a"), "s", &captured);
+  ASSERT_NE(joined_as(a.get()), 0u);
+  net::Fd replay = idle();
+  challenge(replay.get());
+  ASSERT_TRUE(net::write_all(replay.get(), captured.data(), captured.size(),
+                             Deadline::after_ms(2000))
+                  .is_ok());
+  EXPECT_EQ(refusal(replay.get()), Code::kAuth);
+  net::Fd wrong = send_join(fresh("w"), "not-the-secret");
+  EXPECT_EQ(refusal(wrong.get()), Code::kAuth);
+}
+
+// A restarted manager learns the cluster from its survivors: the first claim
+// fixes the token, claimed ids come back with their names and locks, and a
+// fresh id is above every id a survivor has seen. A claimed id is never
+// admitted twice, and a claim from another cluster is refused.
+TEST_F(ManagerTest, SurvivorsClaimTheirPlaceBackAfterARestart) {
+  const uint64_t token = 0xfeedf00dull;
+  JoinRequest j = claim(5, token, 9);
+  j.names = {"table"};
+  j.locks = {{"L", 77}};
+  net::Fd s5 = send_join(j);
+  uint64_t got = 0;
+  EXPECT_EQ(joined_as(s5.get(), &got), 5u);
+  EXPECT_EQ(got, token);
+  net::Fd s3 = send_join(claim(3, token, 7));
+  EXPECT_EQ(joined_as(s3.get()), 3u);
+  net::Fd fresh_node = send_join(fresh("new"));
+  EXPECT_EQ(joined_as(fresh_node.get(), &got), 10u);  // above node 5's high water
+  EXPECT_EQ(got, token);
+  // The name and the lock came back with node 5.
+  send(s3.get(), CtlType::kNameLookup, 1, "table", 0);
+  uint64_t q = 0;
+  Code c = Code::kInternal;
+  while (next_type(s3.get(), &q, &c) != CtlType::kNameReply) {
+  }
+  EXPECT_EQ(q, 1u);
+  EXPECT_EQ(c, Code::kOk);
+  auto lock = [&](net::Fd& fd, CtlType t, uint64_t req, uint64_t owner) {
+    std::string f = begin_ctl(t);
+    wire::Writer w(&f);
+    w.u64(req);
+    w.str("L");
+    w.u64(owner);
+    finish_ctl(&f);
+    ASSERT_TRUE(net::write_all(fd.get(), f.data(), f.size(), Deadline::after_ms(2000)).is_ok());
+  };
+  lock(s3, CtlType::kLockAcquire, 2, 1);  // waits behind node 5's claimed hold
+  send(s3.get(), CtlType::kNameLookup, 3, "nothing", 0);
+  expect_reply(s3.get(), 3, Code::kNotFound);  // (not granted before this)
+  lock(s5, CtlType::kLockRelease, 4, 77);
+  expect_reply(s5.get(), 4, Code::kOk);
+  expect_reply(s3.get(), 2, Code::kOk);
+  // Node 5 again, another cluster's node: refused, and told why (kClosed:
+  // the claimant's membership is over).
+  net::Fd twice = send_join(claim(5, token, 9));
+  EXPECT_EQ(refusal(twice.get()), Code::kClosed);
+  net::Fd other = send_join(claim(7, token + 1, 9));
+  EXPECT_EQ(refusal(other.get()), Code::kClosed);
+}
+
 // Strangers that connect and say nothing cannot crowd out real joins: at most
 // max_unjoined wait (the oldest is closed for a newcomer) and each is closed
 // after join_timeout_ms.
@@ -186,6 +313,20 @@ class ManagerJoinTimeoutTest : public ManagerTest {
     o->down_after_ms = 600000;  // the member below sends no heartbeats
   }
 };
+
+// With a recovery time, a fresh join waits for the survivors' claims, so its
+// id is above theirs even when it arrives first.
+class ManagerRecoverTest : public ManagerTest {
+ protected:
+  void options(ManagerOptions* o) override { o->recover_ms = 1500; }
+};
+
+TEST_F(ManagerRecoverTest, FreshJoinWaitsForTheSurvivorsClaims) {
+  net::Fd early = send_join(fresh("early"));
+  net::Fd s = send_join(claim(40, 0xabcull, 41));
+  EXPECT_EQ(joined_as(s.get()), 40u);
+  EXPECT_EQ(joined_as(early.get()), 42u);
+}
 
 TEST_F(ManagerCapTest, FloodOfIdleConnectionsStillAdmitsAJoin) {
   std::vector<net::Fd> flood;
