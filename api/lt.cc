@@ -581,6 +581,7 @@ Manager::Manager(const ManagerOptions& o) {
   po.down_after_ms = o.down_after_ms;
   po.join_timeout_ms = o.join_timeout_ms;
   po.max_unjoined = o.max_unjoined;
+  po.recover_ms = o.recover_ms;
   po.verbose = o.verbose;
   impl_ = std::make_unique<Impl>(po);
 }

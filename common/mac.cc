@@ -19,17 +19,16 @@ Mac hmac(std::string_view key, std::initializer_list<std::span<const std::byte>>
   OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
                          OSSL_PARAM_construct_end()};
   size_t len = 0;
-  bool ok = ctx != nullptr &&
-            EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
-                         params) == 1;
+  bool ok = ctx != nullptr && EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
+                                           key.size(), params) == 1;
   for (auto p : parts) {
     if (!ok) break;
     uint64_t n = p.size();  // little-endian on every host ltier runs on
     ok = EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(&n), sizeof(n)) == 1 &&
          EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(p.data()), p.size()) == 1;
   }
-  ok = ok && EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(out.data()), &len, out.size()) ==
-                 1 &&
+  ok = ok &&
+       EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(out.data()), &len, out.size()) == 1 &&
        len == out.size();
   EVP_MAC_CTX_free(ctx);
   EVP_MAC_free(mac);
@@ -43,8 +42,8 @@ Mac hmac(std::string_view key, std::initializer_list<std::span<const std::byte>>
 }
 
 bool make_nonce(Nonce* out) {
-  return RAND_bytes(reinterpret_cast<unsigned char*>(out->data()),
-                    static_cast<int>(out->size())) == 1;
+  return RAND_bytes(reinterpret_cast<unsigned char*>(out->data()), static_cast<int>(out->size())) ==
+         1;
 }
 
 bool same_mac(std::span<const std::byte> a, std::span<const std::byte> b) {

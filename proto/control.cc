@@ -69,6 +69,8 @@ std::string join_body(const JoinRequest& j) {
   }
   w.u32(static_cast<uint32_t>(j.names.size()));
   for (auto& name : j.names) w.str(name);
+  w.u32(static_cast<uint32_t>(j.known.size()));
+  for (uint32_t id : j.known) w.u32(id);
   return body;
 }
 
@@ -84,8 +86,8 @@ std::string seal_join(std::string_view secret, const Nonce& manager_nonce, const
   return f;
 }
 
-std::string join_frame(std::string_view secret, const Nonce& manager_nonce,
-                       const Nonce& node_nonce, const JoinRequest& j) {
+std::string join_frame(std::string_view secret, const Nonce& manager_nonce, const Nonce& node_nonce,
+                       const JoinRequest& j) {
   return seal_join(secret, manager_nonce, node_nonce, join_body(j));
 }
 
@@ -117,7 +119,9 @@ Code open_join(const std::string& payload, std::string_view secret, const Nonce&
   for (uint32_t i = 0; b.ok() && i < nnames && i < kMaxClaims; ++i) {
     j->names.emplace_back(b.str(256));
   }
-  if (!b.ok() || !b.at_end() || nnames > kMaxClaims) return Code::kMalformed;
+  uint32_t nknown = nnames <= kMaxClaims ? b.u32() : kMaxMembers + 1;
+  for (uint32_t i = 0; b.ok() && i < nknown && i < kMaxMembers; ++i) j->known.push_back(b.u32());
+  if (!b.ok() || !b.at_end() || nknown > kMaxMembers) return Code::kMalformed;
   return Code::kOk;
 }
 

@@ -14,16 +14,16 @@
 namespace lt::proto {
 
 enum class CtlType : uint8_t {
-  kJoin = 1,          // nonce, mac, then a JoinRequest (see join_frame)
-  kJoinOk = 2,        // mac, then u32 node, u64 cluster_token, u32 heartbeat_ms,
-                      //   u32 down_after_ms, u32 count, members
-  kJoinRefused = 3,   // u8 code, str reason
-  kMemberUp = 4,      // member
-  kMemberDown = 5,    // u32 node
-  kHeartbeat = 6,     // (empty)
-  kLeave = 7,         // (empty)
-  kNameRegister = 8,  // u64 req, str name
-  kNameLookup = 9,    // u64 req, str name
+  kJoin = 1,             // nonce, mac, then a JoinRequest (see join_frame)
+  kJoinOk = 2,           // mac, then u32 node, u64 cluster_token, u32 heartbeat_ms,
+                         //   u32 down_after_ms, u32 count, members
+  kJoinRefused = 3,      // u8 code, str reason
+  kMemberUp = 4,         // member
+  kMemberDown = 5,       // u32 node
+  kHeartbeat = 6,        // (empty)
+  kLeave = 7,            // (empty)
+  kNameRegister = 8,     // u64 req, str name
+  kNameLookup = 9,       // u64 req, str name
   kNameUnregister = 10,  // u64 req, str name
   kNameReply = 11,       // u64 req, u8 code, u32 node
   kLockAcquire = 12,     // u64 req, str name, u64 owner (answered when granted)
@@ -57,8 +57,9 @@ bool get_member(wire::Reader& r, Member* m);
 /// What a node asks for when it joins. A node that was a member under a
 /// manager that went away (restarted) claims its place back: its id, the
 /// cluster token, the highest node id it has seen (so that the new manager
-/// never hands out an id some survivor knows), the locks it holds and the
-/// names it registered.
+/// never hands out an id some survivor knows), the locks it holds, the names
+/// it registered, and the members it knows (those that do not claim their
+/// place back in time are declared down).
 struct JoinRequest {
   std::string name, addresses, host_id, tenant;
   uint32_t rank = kNoRank;
@@ -67,6 +68,7 @@ struct JoinRequest {
   uint32_t high_water = 0;
   std::vector<std::pair<std::string, uint64_t>> locks;  // (name, owner)
   std::vector<std::string> names;
+  std::vector<uint32_t> known;
 };
 inline constexpr uint32_t kMaxClaims = 4096;  // locks or names carried by one rejoin
 
@@ -79,8 +81,8 @@ inline constexpr uint32_t kMaxClaims = 4096;  // locks or names carried by one r
 /// on another connection meets another nonce and is refused.
 std::string challenge_frame(const Nonce& manager_nonce);
 bool parse_challenge(const std::string& payload, Nonce* manager_nonce);
-std::string join_frame(std::string_view secret, const Nonce& manager_nonce,
-                       const Nonce& node_nonce, const JoinRequest& j);
+std::string join_frame(std::string_view secret, const Nonce& manager_nonce, const Nonce& node_nonce,
+                       const JoinRequest& j);
 /// The parts of join_frame: the request's encoding, and a kJoin sealing an
 /// encoded request (the fuzz targets seal bodies of their own).
 std::string join_body(const JoinRequest& j);

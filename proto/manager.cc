@@ -308,6 +308,17 @@ void Manager::readmit(Client* c, const JoinRequest& j, Member m, const Nonce& no
   }
   if (!why.empty()) return refuse_join(c, m.name, Code::kClosed, why);
   next_node_ = std::max({next_node_, id + 1, j.high_water + 1});
+  // The survivors get as long as the down time (at least the recovery time)
+  // from the first claim to come back, as they would have to keep their
+  // place under the old manager.
+  if (claims_until_ns_ == 0) {
+    claims_until_ns_ =
+        std::max<uint64_t>(recover_until_ns_, now_ns() + opt_.down_after_ms * 1000000ull);
+  }
+  for (uint32_t k : j.known) {
+    if (k != 0 && k < kMaxNodeId && !issued_[k]) expected_.insert(k);
+  }
+  expected_.erase(id);
   m.node = id;
   for (const std::string& name : j.names) names_.try_emplace(name, id);
   admit(c, std::move(m), node_nonce);
@@ -318,6 +329,24 @@ void Manager::readmit(Client* c, const JoinRequest& j, Member m, const Nonce& no
       it->second.owner = owner;
     }
   }
+}
+
+// The members some survivor knew that did not claim their place back in
+// time died while there was no manager: declared down now, as the old
+// manager would have, and never admitted again.
+void Manager::end_claims() {
+  claims_until_ns_ = 0;
+  for (uint32_t id : expected_) {
+    if (members_.count(id) != 0) continue;
+    issued_[id] = true;
+    if (opt_.verbose) fprintf(stderr, "ltier-manager: node %u down (did not come back)\n", id);
+    std::string f = begin_ctl(CtlType::kMemberDown);
+    wire::Writer w(&f);
+    w.u32(id);
+    finish_ctl(&f);
+    broadcast(f, 0);
+  }
+  expected_.clear();
 }
 
 void Manager::on_lock(Client* c, CtlType type, wire::Reader& r) {
@@ -455,6 +484,7 @@ void Manager::check_timeouts() {
     drop(c, "heartbeat timeout");
   }
   if (!held_.empty() && now >= recover_until_ns_) admit_held();
+  if (claims_until_ns_ != 0 && now >= claims_until_ns_) end_claims();
   // The unjoined list is in connection order: the stale ones are in front.
   const uint64_t join_limit = static_cast<uint64_t>(opt_.join_timeout_ms) * 1000000ull;
   while (!unjoined_.empty() && now - unjoined_.front()->connected_ns > join_limit) {

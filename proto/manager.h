@@ -10,6 +10,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -55,7 +56,7 @@ class Manager {
     uint64_t last_seen_ns = 0;
     uint64_t connected_ns = 0;
     Member member;
-    Nonce challenge{};  // this connection's nonce for the join handshake
+    Nonce challenge{};                      // this connection's nonce for the join handshake
     std::list<Client*>::iterator unjoined;  // its place in unjoined_ until it joins
   };
   void on_readable(Client* c);
@@ -95,6 +96,11 @@ class Manager {
     Nonce nonce;
   };
   std::vector<Held> held_;
+  // Members the survivors know that have not claimed their place back; at
+  // claims_until_ns_ those still missing are declared down.
+  std::set<uint32_t> expected_;
+  uint64_t claims_until_ns_ = 0;
+  void end_claims();
   std::unordered_map<Client*, std::unique_ptr<Client>> clients_;
   std::list<Client*> unjoined_;  // clients that have not joined, oldest first
   size_t max_unjoined_ = 0;      // opt_.max_unjoined, bounded by the descriptor limit

@@ -97,8 +97,8 @@ Status Membership::handshake(const JoinRequest& j, Deadline d, net::Fd* fd, CtlS
 }
 
 Status Membership::adopt(const std::string& answer, std::map<NodeId, Member>* members) {
-  wire::Reader r(std::span<const std::byte>(reinterpret_cast<const std::byte*>(answer.data()),
-                                            answer.size()));
+  wire::Reader r(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(answer.data()), answer.size()));
   NodeId self = r.u32();
   uint64_t token = r.u64();
   uint32_t heartbeat_ms = r.u32();
@@ -193,6 +193,9 @@ void Membership::rejoin_loop() {
       j.high_water = high_water_;
       j.locks.assign(held_locks_.begin(), held_locks_.end());
       j.names.assign(my_names_.begin(), my_names_.end());
+      for (auto& [id, m] : members_) {
+        if (id != self_) j.known.push_back(id);
+      }
     }
     net::Fd fd;
     CtlStream in;
@@ -226,14 +229,13 @@ bool Membership::finish_rejoin(std::vector<Event>* events) {
       events->push_back({Event::kExpelled, self_});
       return false;
     }
-    for (auto& [id, m] : members_) {
-      if (fresh.count(id) == 0) events->push_back({Event::kDown, id});
-    }
+    // Members that have not claimed their place back yet stay in the book:
+    // the manager declares down those that do not come back in time.
     for (auto& [id, m] : fresh) {
       if (members_.count(id) == 0) events->push_back({Event::kUp, id});
       high_water_ = std::max(high_water_, id);
+      members_[id] = m;
     }
-    members_ = std::move(fresh);
     manager_lost_ = false;
   }
   {

@@ -3,9 +3,12 @@
 //
 //   ltier-manager [--listen HOST:PORT] [--secret S] [--heartbeat-ms N]
 //                 [--down-after-ms N] [--join-timeout-ms N] [--max-unjoined N]
-//                 [--port-file F] [-v]
+//                 [--recover-ms N] [--port-file F] [-v]
 //
 // The secret may also come from $LTIER_SECRET. Stops on SIGINT/SIGTERM.
+// When restarting a manager under a live cluster, give --recover-ms (a few
+// heartbeats' worth, say 3000): fresh joins then wait while the survivors
+// reconnect and claim their ids back.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +27,7 @@ void on_signal(int) { g_stop.store(true); }
   fprintf(stderr,
           "usage: ltier-manager [--listen HOST:PORT] [--secret S] [--heartbeat-ms N]\n"
           "                     [--down-after-ms N] [--join-timeout-ms N] [--max-unjoined N]\n"
-          "                     [--port-file FILE] [-v]\n");
+          "                     [--recover-ms N] [--port-file FILE] [-v]\n");
   exit(2);
 }
 }  // namespace
@@ -60,6 +63,8 @@ int main(int argc, char** argv) {
       o.join_timeout_ms = num();
     } else if (a == "--max-unjoined") {
       o.max_unjoined = num();
+    } else if (a == "--recover-ms") {
+      o.recover_ms = num();
     } else if (a == "--port-file") {
       port_file = val();
     } else if (a == "-v" || a == "--verbose") {

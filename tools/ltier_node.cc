@@ -3,6 +3,8 @@
 // "ok [values...]" or "err LT_ERR_NAME". Used by the tour, the integration
 // tests and people poking at a cluster by hand. EOF on stdin (or "quit")
 // leaves the cluster; with --serve it ignores stdin and serves until killed.
+// "rejoin" leaves and joins again (a node that was expelled comes back under
+// a new id) and answers "ok NEW_ID".
 // kCommands, near the end, lists the commands with their arguments and
 // answers; docs/API.md describes them in full.
 //
@@ -32,6 +34,10 @@ constexpr Command kCommands[] = {
      cmd_node_by_name},
     {"node_by_rank", "RANK [TIMEOUT_MS] -> ok ID (LT_node_by_rank; no timeout: look once)",
      cmd_node_by_rank},
+    {"event",
+     "[TIMEOUT_MS] -> ok KIND NODE [missed N] (LT_member_event; KIND up, down, expelled, "
+     "manager_lost, rejoined; no timeout: look once)",
+     cmd_event},
     {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, tcp or self)", cmd_transport},
     {"address", "-> ok HOST:PORT (this node's tcp transport)", cmd_address},
     {"malloc", "NODE SIZE RIGHTS -> ok HANDLE (RIGHTS: r, w, rw)", cmd_malloc},
@@ -123,6 +129,22 @@ std::string run(lt_engine_t* e, const std::string& line) {
   }
 }
 
+// The RPC functions every node serves (see the header).
+void serve_functions(lt_engine_t* e) {
+  for (auto [id, fn] : {std::pair<uint32_t, lt_rpc_fn>{1, rpc_echo},
+                        {2, rpc_sized},
+                        {3, rpc_slow},
+                        {4, rpc_gate_wait},
+                        {5, rpc_gate_open}}) {
+    if (int r = LT_regRPC(e, id, fn, nullptr); r != 0) {
+      fprintf(stderr, "ltier-node: LT_regRPC(%u): %s\n", id, LT_strerror(r));
+    }
+  }
+  if (int r = LT_regRPC_loop(e, 6); r != 0) {
+    fprintf(stderr, "ltier-node: LT_regRPC_loop(6): %s\n", LT_strerror(r));
+  }
+}
+
 }  // namespace
 }  // namespace ltier_node
 
@@ -160,23 +182,12 @@ int main(int argc, char** argv) {
   if (serve) pthread_sigmask(SIG_BLOCK, &set, nullptr);
   lt_engine_t* e = nullptr;
   int rc = LT_join(&opts, &e);
+  if (rc == 0) serve_functions(e);
   if (rc != 0) {
     printf("err %s\n", LT_errname(rc));
     fflush(stdout);
     fprintf(stderr, "ltier-node: join failed: %s\n", LT_strerror(rc));
     return 1;
-  }
-  for (auto [id, fn] : {std::pair<uint32_t, lt_rpc_fn>{1, rpc_echo},
-                        {2, rpc_sized},
-                        {3, rpc_slow},
-                        {4, rpc_gate_wait},
-                        {5, rpc_gate_open}}) {
-    if (int r = LT_regRPC(e, id, fn, nullptr); r != 0) {
-      fprintf(stderr, "ltier-node: LT_regRPC(%u): %s\n", id, LT_strerror(r));
-    }
-  }
-  if (int r = LT_regRPC_loop(e, 6); r != 0) {
-    fprintf(stderr, "ltier-node: LT_regRPC_loop(6): %s\n", LT_strerror(r));
   }
   printf("ready %u\n", LT_node_id(e));
   fflush(stdout);
@@ -188,7 +199,16 @@ int main(int argc, char** argv) {
     while (std::getline(std::cin, line)) {
       if (line == "quit") break;
       if (line.empty()) continue;
-      std::string out = run(e, line);
+      std::string out;
+      if (line == "rejoin") {
+        LT_leave(e);
+        e = nullptr;
+        rc = LT_join(&opts, &e);
+        if (rc == 0) serve_functions(e);
+        out = rc ? "err " + std::string(LT_errname(rc)) : "ok " + std::to_string(LT_node_id(e));
+      } else {
+        out = run(e, line);
+      }
       printf("%s\n", out.c_str());
       fflush(stdout);
     }

@@ -132,7 +132,7 @@ struct World {
     put_header(&hello, static_cast<uint8_t>(wire::FrameKind::kHello), sizeof(HelloBody));
     wire::Writer b(&hello);
     b.u32(kKeeper);
-    b.u32(0);
+    b.u32(kSelf);
     b.u64(kToken);
     put_header(&hello, static_cast<uint8_t>(wire::FrameKind::kData), 0);
     FUZZ_CHECK(net::write_all(keeper.get(), hello.data(), hello.size(), d).is_ok(), "keeper");
@@ -196,7 +196,7 @@ std::string build_stream(const World& w, Input& in) {
         put_header(&s, static_cast<uint8_t>(wire::FrameKind::kHello), sizeof(HelloBody));
         wire::Writer b(&s);
         b.u32(node);
-        b.u32(v & 32 ? 1 : 0);  // reserved
+        b.u32(v & 32 ? 1 : kSelf);  // the node meant
         b.u64(v & 16 ? kToken ^ 1 : kToken);
         break;
       }

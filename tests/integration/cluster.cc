@@ -129,25 +129,46 @@ int Proc::wait_exit(int timeout_ms) {
 
 std::string Cluster::bin(const char* name) { return std::string(LTIER_BIN_DIR) + "/" + name; }
 
-Cluster::Cluster(ClusterOptions o) : o_(std::move(o)) {
+Cluster::Cluster(ClusterOptions o) : o_(std::move(o)) { start_manager(o_.manager_listen, {}); }
+
+bool Cluster::start_manager(const std::string& listen, const std::vector<std::string>& extra) {
   char tmpl[] = "/tmp/ltier-itest-XXXXXX";
   int fd = mkstemp(tmpl);
   if (fd >= 0) close(fd);
   unlink(tmpl);
   port_file_ = tmpl;
   std::vector<std::string> argv = o_.manager_prefix;
-  for (auto a : {bin("ltier-manager"), std::string("--listen"), o_.manager_listen,
-                 std::string("--secret"), o_.secret, std::string("--down-after-ms"),
-                 std::to_string(o_.down_after_ms), std::string("--port-file"), port_file_}) {
+  for (auto a : {bin("ltier-manager"), std::string("--listen"), listen, std::string("--secret"),
+                 o_.secret, std::string("--down-after-ms"), std::to_string(o_.down_after_ms),
+                 std::string("--port-file"), port_file_}) {
     argv.push_back(a);
   }
+  for (auto& a : extra) argv.push_back(a);
   manager_ = std::make_unique<Proc>(argv, std::vector<std::string>{});
+  std::string address;
   for (int i = 0; i < 500; ++i) {
     std::ifstream f(port_file_);
-    if (f >> manager_address_) break;
+    if (f >> address) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   unlink(port_file_.c_str());
+  if (!manager_address_.empty() && address != manager_address_) return false;
+  manager_address_ = address;
+  return !address.empty();
+}
+
+void Cluster::kill_manager() {
+  if (!manager_) return;
+  manager_->signal(SIGKILL);
+  manager_->wait_exit(5000);
+  manager_.reset();
+}
+
+bool Cluster::restart_manager(const std::vector<std::string>& extra) {
+  kill_manager();
+  // The same address: SO_REUSEADDR on the listener lets it bind again at
+  // once although the old connections linger.
+  return start_manager(manager_address_, extra);
 }
 
 Cluster::~Cluster() {

@@ -57,8 +57,14 @@ class Cluster {
   Proc* add_node(const std::vector<std::string>& extra_env = {},
                  const std::vector<std::string>& prefix = {}, std::string* ready_line = nullptr);
   static std::string bin(const char* name);
+  /// kill -9 of the manager (its nodes live on).
+  void kill_manager();
+  /// kill -9, then a new manager on the same address with `extra` arguments
+  /// (--recover-ms N, say). False if it did not come up there.
+  bool restart_manager(const std::vector<std::string>& extra);
 
  private:
+  bool start_manager(const std::string& listen, const std::vector<std::string>& extra);
   ClusterOptions o_;
   std::unique_ptr<Proc> manager_;
   std::string manager_address_;

@@ -57,6 +57,15 @@ std::string cmd_node_by_rank(lt_engine_t* e, Args& a) {
   return rc ? err(rc) : "ok " + std::to_string(node);
 }
 
+std::string cmd_event(lt_engine_t* e, Args& a) {
+  int64_t timeout_us = a.optional_timeout_us();
+  lt_member_event_t ev{};
+  int rc = LT_member_event(e, timeout_us < 0 ? 0 : timeout_us, &ev);
+  if (rc) return err(rc);
+  std::string out = std::string("ok ") + LT_event_name(ev.kind) + " " + std::to_string(ev.node);
+  return ev.missed ? out + " missed " + std::to_string(ev.missed) : out;
+}
+
 // ---------------------------------------------------------------- memory
 
 std::string cmd_malloc(lt_engine_t* e, Args& a) {

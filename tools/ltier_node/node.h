@@ -152,6 +152,7 @@ std::string cmd_address(lt_engine_t* e, Args& a);
 std::string cmd_transport(lt_engine_t* e, Args& a);
 std::string cmd_nodes(lt_engine_t* e, Args& a);
 std::string cmd_node_info(lt_engine_t* e, Args& a);
+std::string cmd_event(lt_engine_t* e, Args& a);
 std::string cmd_node_by_name(lt_engine_t* e, Args& a);
 std::string cmd_node_by_rank(lt_engine_t* e, Args& a);
 std::string cmd_malloc(lt_engine_t* e, Args& a);

@@ -115,7 +115,7 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
     wire::FrameHeader h;
     HelloBody b;
   } hello{wire::make_frame(wire::FrameKind::kHello, sizeof(HelloBody)),
-          HelloBody{self, 0, token_.load()}};
+          HelloBody{self, peer.node, token_.load()}};
   LT_RETURN_IF_ERROR(net::write_all(fd->get(), &hello, sizeof(hello), d));
   auto conn = std::make_shared<Conn>(this, std::move(fd.value()), peer.node, true);
   conn->rx_reserve(kInitialRx);
@@ -214,7 +214,8 @@ bool TcpTransport::handle_hello(Conn* c, std::span<const std::byte> body) {
   if (body.size() != sizeof(HelloBody) || token == 0) return false;
   HelloBody h;
   std::memcpy(&h, body.data(), sizeof(h));
-  if (h.cluster_token != token || h.reserved != 0 || h.node == kNoNode || h.node == self_.load()) {
+  const NodeId self = self_.load();
+  if (h.cluster_token != token || h.to != self || h.node == kNoNode || h.node == self) {
     return false;
   }
   c->peer_.store(h.node);

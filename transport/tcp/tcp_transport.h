@@ -33,7 +33,8 @@ namespace lt::transport::tcp {
 /// Body of the kHello frame that opens every peer connection.
 struct HelloBody {
   uint32_t node;           // sender's node id (from ltier-manager)
-  uint32_t reserved;       // zero
+  uint32_t to;             // the node the sender means to reach: any other refuses
+                           // (an address now served by another process)
   uint64_t cluster_token;  // token handed out by ltier-manager at join
 };
 static_assert(sizeof(HelloBody) == 16);

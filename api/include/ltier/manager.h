@@ -18,6 +18,10 @@ struct ManagerOptions {
   // most max_unjoined are kept (the oldest is closed for a new one).
   uint32_t join_timeout_ms = 5000;
   uint32_t max_unjoined = 1024;
+  // After a restart: fresh joins wait this long (and are answered at its end)
+  // while the nodes that outlived the old manager reconnect and claim their
+  // ids, locks and names back. 0 admits at once (a first start).
+  uint32_t recover_ms = 0;
   bool verbose = false;
 };
 

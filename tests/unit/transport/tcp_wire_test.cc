@@ -55,12 +55,12 @@ class TcpWireTest : public TransportHarness {
   }
 
   // The kHello body, encoded by hand from the wire format: u32 node,
-  // u32 reserved, u64 cluster token.
-  static std::string hello(uint32_t node, uint64_t token, uint32_t reserved = 0) {
+  // u32 to (the node meant: this one is 2), u64 cluster token.
+  static std::string hello(uint32_t node, uint64_t token, uint32_t to = 2) {
     std::string body;
     wire::Writer w(&body);
     w.u32(node);
-    w.u32(reserved);
+    w.u32(to);
     w.u64(token);
     return frame(wire::FrameKind::kHello, body);
   }
@@ -106,7 +106,7 @@ TEST_F(TcpWireTest, BadHellosAreDropped) {
       {"zero token", hello(9, 0)},
       {"node 0", hello(0, kToken)},
       {"own node id", hello(2, kToken)},
-      {"reserved set", hello(9, kToken, 1)},
+      {"meant for another node", hello(9, kToken, 7)},
       {"short hello body", frame(wire::FrameKind::kHello, short_body)},
       {"long hello body", frame(wire::FrameKind::kHello, long_body)},
   };

@@ -1,0 +1,174 @@
+// The cluster's lifecycle with real processes: a manager killed and
+// restarted under a live cluster, a node stalled past the down time that
+// comes back under a new id, and a flood of idle connections at the manager.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cluster.h"
+
+namespace lt::itest {
+namespace {
+
+std::string id_of(Proc* p) { return ok_value(p->cmd("id")); }
+
+// Events until one of `kind` (others are skipped): "ok KIND NODE", or the
+// last reply when none came in time.
+std::string await_event(Proc* p, const std::string& kind, int timeout_ms = 15000) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string r;
+  while (std::chrono::steady_clock::now() < end) {
+    r = p->cmd("event 1000");
+    if (r.rfind("ok " + kind + " ", 0) == 0) return r;
+  }
+  return r;
+}
+
+bool lists(const std::string& nodes_reply, const std::string& id) {
+  std::string padded = nodes_reply + " ";
+  return padded.find(" " + id + " ") != std::string::npos;
+}
+
+// kill -9 of the manager under a live cluster, and a restart on the same
+// address: the nodes reconnect on their own and keep their ids, the lock and
+// the name they held come back with them, a node that died meanwhile is
+// reported down, and a newcomer gets an id nobody has seen.
+TEST(Lifecycle, ManagerRestartKeepsTheClusterAndIds) {
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  Proc *a = c.add_node(), *b = c.add_node(), *x = c.add_node();
+  ASSERT_TRUE(a && b && x);
+  std::string ia = id_of(a), ib = id_of(b), ix = id_of(x);
+  std::string h = ok_value(a->cmd("malloc " + ia + " 64 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("publish " + h + " life.table rw"), "ok");
+  ASSERT_EQ(a->cmd("lock life.lock 5000"), "ok");
+
+  c.kill_manager();
+  x->signal(SIGKILL);  // dies while there is no manager to say so
+  EXPECT_EQ(await_event(a, "manager_lost"), "ok manager_lost " + ia);
+  EXPECT_EQ(await_event(b, "manager_lost"), "ok manager_lost " + ib);
+  // The data path does not need the manager; names and locks do.
+  std::string hb = ok_value(b->cmd("malloc " + ia + " 64 rw"));
+  ASSERT_FALSE(hb.empty());
+  EXPECT_EQ(b->cmd("write " + hb + " 0 0102"), "ok");
+  EXPECT_EQ(b->cmd("lock life.other 2000"), "err LT_ERR_PEER_DOWN");
+
+  ASSERT_TRUE(c.restart_manager({"--recover-ms", "1500"}));
+  EXPECT_EQ(await_event(a, "rejoined"), "ok rejoined " + ia);
+  EXPECT_EQ(await_event(b, "rejoined"), "ok rejoined " + ib);
+  EXPECT_EQ(id_of(a), ia);
+  EXPECT_EQ(id_of(b), ib);
+  // x did not come back: declared down once the survivors' time to claim
+  // their place (the down time) is over, and gone from the address book.
+  EXPECT_EQ(await_event(a, "down"), "ok down " + ix);
+  std::string nodes = a->cmd("nodes");
+  EXPECT_TRUE(lists(nodes, ib)) << nodes;
+  EXPECT_FALSE(lists(nodes, ix)) << nodes;
+
+  // A newcomer: an id above every id the survivors have seen (x's included).
+  Proc* n = c.add_node();
+  ASSERT_TRUE(n);
+  std::string in = id_of(n);
+  EXPECT_GT(std::stoul(in), std::max({std::stoul(ia), std::stoul(ib), std::stoul(ix)}));
+  EXPECT_FALSE(ok_value(n->cmd("map life.table rw")).empty());  // the name came back
+  // The lock came back with its holder.
+  EXPECT_EQ(b->cmd("lock life.lock 300"), "err LT_ERR_TIMEDOUT");
+  EXPECT_EQ(a->cmd("unlock life.lock"), "ok");
+  EXPECT_EQ(b->cmd("lock life.lock 5000"), "ok");
+  EXPECT_EQ(b->cmd("unlock life.lock"), "ok");
+  // Barriers work across old and new members.
+  for (Proc* p : {a, b, n}) ASSERT_TRUE(p->send("barrier life.b 3 10000"));
+  for (Proc* p : {a, b, n}) EXPECT_EQ(p->read_line(15000), "ok");
+  // Everyone reaches the newcomer, and it reaches them.
+  std::string hn = ok_value(a->cmd("malloc " + in + " 64 rw"));
+  ASSERT_FALSE(hn.empty());
+  EXPECT_EQ(a->cmd("write " + hn + " 0 aabb"), "ok");
+  EXPECT_EQ(n->cmd("read " + hb + " 0 2"), "err LT_ERR_BAD_HANDLE");  // b's handle, not n's
+  EXPECT_EQ(b->cmd("read " + hb + " 0 2"), "ok 0102");
+}
+
+// A node stopped past the manager's down time learns, when it runs again,
+// that it was expelled (an event, and CLOSED from every call), joins again
+// under a new id, and the cluster uses it under that id.
+TEST(Lifecycle, StalledNodeRejoinsUnderANewId) {
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  Proc* a = c.add_node();
+  Proc* s = c.add_node({"LTIER_NODE_NAME=stalled"});
+  ASSERT_TRUE(a && s);
+  std::string is = id_of(s);
+  s->signal(SIGSTOP);
+  ASSERT_TRUE(s->wait_stopped(5000));
+  std::string nodes;
+  for (int i = 0; i < 300; ++i) {
+    nodes = a->cmd("nodes");
+    if (!lists(nodes, is)) break;
+    usleep(50000);
+  }
+  ASSERT_FALSE(lists(nodes, is)) << nodes;
+  auto t0 = std::chrono::steady_clock::now();
+  s->signal(SIGCONT);
+  EXPECT_EQ(await_event(s, "expelled"), "ok expelled " + is);
+  EXPECT_EQ(s->cmd("malloc " + is + " 64 rw"), "err LT_ERR_CLOSED");
+  std::string fresh = ok_value(s->cmd("rejoin"));
+  auto t1 = std::chrono::steady_clock::now();
+  ASSERT_FALSE(fresh.empty());
+  EXPECT_NE(fresh, is);
+  EXPECT_EQ(ok_value(a->cmd("node_by_name stalled 5000")), fresh);
+  std::string h = ok_value(a->cmd("malloc " + fresh + " 64 rw"));
+  ASSERT_FALSE(h.empty());
+  EXPECT_EQ(a->cmd("write " + h + " 0 0a0b"), "ok");
+  EXPECT_EQ(a->cmd("read " + h + " 0 2"), "ok 0a0b");
+  printf("stalled node usable again %lld ms after SIGCONT\n",
+         static_cast<long long>(
+             std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count()));
+}
+
+// Thousands of idle connections (a flood, or a leak somewhere) do not keep
+// a real node out: the manager keeps at most max_unjoined strangers, closes
+// the oldest for each newcomer and admits real joins all along.
+TEST(Lifecycle, IdleConnectionFloodStillAdmitsAJoin) {
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  rlimit nofile{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &nofile), 0);
+  nofile.rlim_cur = nofile.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &nofile);
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  const size_t want = std::min<size_t>(20000, nofile.rlim_cur > 256 ? nofile.rlim_cur - 256 : 0);
+  const std::string& addr = c.manager_address();
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoul(addr.substr(addr.rfind(':') + 1))));
+  inet_pton(AF_INET, addr.substr(0, addr.rfind(':')).c_str(), &sa.sin_addr);
+  std::vector<int> flood;
+  for (size_t i = 0; i < want; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+      close(fd);
+      break;
+    }
+    flood.push_back(fd);
+  }
+  printf("%zu idle connections opened\n", flood.size());
+  EXPECT_GE(flood.size(), want * 9 / 10);
+  Proc* n = c.add_node();
+  for (int fd : flood) close(fd);
+  ASSERT_TRUE(n != nullptr);
+  EXPECT_FALSE(id_of(n).empty());
+}
+
+}  // namespace
+}  // namespace lt::itest
