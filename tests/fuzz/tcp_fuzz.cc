@@ -6,7 +6,7 @@
 // sizes the completion array poll() gets (1..32, so "out is full" happens);
 // then records, each appending to the stream:
 //   0 raw      u8 n, n bytes as they are
-//   1 hello    u8 variant (node 1/3/keeper/~0, self, 0, wrong token, reserved)
+//   1 hello    u8 variant (node 1/3/keeper/~0, self, 0, wrong token, meant for another)
 //   2 data     u8 flags, [u32 imm], u16 n, [i8 length delta], n bytes
 //   3 write    u8 target, i16 offset, u16 n, i8 length delta, n bytes:
 //              a kWrite frame whose WriteDesc names one of the registrations
@@ -337,9 +337,9 @@ Outcome reference(const World& w, const std::string& s) {
         break;
       }
       // The first frame is 16 bytes long here (checked with the header).
-      uint32_t node = u32(at + 16), res = u32(at + 20);
+      uint32_t node = u32(at + 16), to = u32(at + 20);
       uint64_t token = u64(at + 24);
-      if (token != kToken || res != 0 || node == kNoNode || node == kSelf) {
+      if (token != kToken || to != kSelf || node == kNoNode || node == kSelf) {
         ++o.malformed;
         break;
       }
