@@ -77,7 +77,7 @@ Result<NodeId> Engine::node_by_rank(uint32_t rank, Deadline d) const {
 Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) {
   LT_RETURN_IF_ERROR(usable());
   if (node == self()) return std::pair<std::string, std::string>{"self", "this node"};
-  transport::Endpoint* ep;
+  EndpointRef ep;
   LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
   transport::Transport* t = peers_.via(node);
   const char* why = peers_.why(node);

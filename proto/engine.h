@@ -283,8 +283,9 @@ class Engine {
   void end_spin(bool will_sleep);  // a spinner stops; unparks the progress thread if needed
 
   // ---- peers.cc: endpoints and the single post path
-  Status endpoint(NodeId p, Deadline d, transport::Endpoint** out);
-  Status connect_peer(NodeId p, Deadline d, transport::Endpoint** out);
+  // The endpoint to `p` into *out, which keeps it valid while it lives.
+  Status endpoint(NodeId p, Deadline d, EndpointRef* out);
+  Status connect_peer(NodeId p, Deadline d, EndpointRef* out);
   // more: another post to `p` is sure to follow soon (see rpc_async), so a
   // stream transport may hold this one for the same system call.
   Status send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
@@ -324,7 +325,8 @@ class Engine {
   /// request is still in flight (its write went out).
   bool copy_second_half(Request* r, const MsgHeader& h, Status* s);
   // ---- rma/native.cc: one-sided ops straight on a peer's memory
-  transport::Endpoint* native_endpoint(const Mapping& m);
+  /// Whether the op on `m` can go natively (ep set), else through the owner.
+  bool native_endpoint(const Mapping& m, EndpointRef* ep);
   Status native_op(const Mapping& m, transport::Endpoint* ep, const transport::WorkRequest& wr);
   // ---- rma/atomics.cc
   bool atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
@@ -412,6 +414,7 @@ class Engine {
   static constexpr uint64_t kSpinYieldNs = 4000;          // a waiter yields its core this often
   static constexpr uint64_t kMaxRendezvousSpinUs = 1000;  // see rendezvous_spin_us
   static constexpr uint64_t kMaxParkNs = 1000000;         // progress thread's longest park (1 ms)
+  static constexpr uint64_t kCollectEveryNs = 1000000;    // retired endpoints looked at (1 ms)
   static constexpr int32_t kRpcCorkDepth = 2;  // outstanding calls before rpc_async corks
   static constexpr uint64_t kMaxPassNs = 2000000;
   static constexpr size_t kCqBatch = 64;

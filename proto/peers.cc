@@ -10,17 +10,55 @@ namespace lt::proto {
 
 using transport::WorkRequest;
 
-Status Engine::endpoint(NodeId p, Deadline d, transport::Endpoint** out) {
+// ---- PeerTable: endpoints, retired when replaced or forgotten
+
+void PeerTable::retire_locked(Slot& s) {
+  s.ep.store(nullptr, std::memory_order_seq_cst);  // unpublished before the snapshot
+  if (!s.owned) return;
+  retired_.push_back({std::move(s.owned), Quiescence::snapshot()});
+  retired_count_.store(retired_.size(), std::memory_order_release);
+}
+
+void PeerTable::retire(NodeId p) {
+  if (!valid(p)) return;
+  std::lock_guard<std::mutex> g(retired_mu_);
+  retire_locked(slots_[p]);
+}
+
+transport::Endpoint* PeerTable::install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
+                                        transport::Transport* via, const char* why) {
+  transport::Endpoint* e = ep.get();
+  Slot& s = slots_[p];
+  std::lock_guard<std::mutex> g(retired_mu_);
+  retire_locked(s);  // a dead connection's endpoint, if there was one
+  s.owned = std::move(ep);
+  s.via.store(via, std::memory_order_release);
+  s.why.store(why, std::memory_order_release);
+  s.ep.store(e, std::memory_order_release);
+  return e;
+}
+
+void PeerTable::collect() {
+  std::lock_guard<std::mutex> g(retired_mu_);
+  std::erase_if(retired_, [](const Retired& r) { return Quiescence::passed(r.inside); });
+  retired_count_.store(retired_.size(), std::memory_order_release);
+}
+
+size_t PeerTable::retired() const { return retired_count_.load(std::memory_order_acquire); }
+
+// ---- Engine: reaching peers
+
+Status Engine::endpoint(NodeId p, Deadline d, EndpointRef* out) {
   if (!peers_.valid(p) || peers_.down(p)) return Code::kPeerDown;
   if (transport::Endpoint* e = peers_.live(p); e != nullptr) {
-    *out = e;
+    out->set(e);
     return Status::ok();
   }
   return connect_peer(p, d, out);
 }
 
 // The cold path of endpoint(): first contact or a reconnect.
-Status Engine::connect_peer(NodeId p, Deadline d, transport::Endpoint** out) {
+Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
   // A node that joined moments ago may not be in our address book yet (the
   // manager's MemberUp for it is on its way to our progress thread): wait
   // for it, bounded, unless we are that thread.
@@ -36,7 +74,7 @@ Status Engine::connect_peer(NodeId p, Deadline d, transport::Endpoint** out) {
   }
   std::lock_guard<std::mutex> g(peers_.connect_mutex());
   if (transport::Endpoint* e = peers_.live(p); e != nullptr) {
-    *out = e;
+    out->set(e);
     return Status::ok();
   }
   // A peer can reach us before the manager's MemberUp for it does; its
@@ -67,13 +105,13 @@ Status Engine::connect_peer(NodeId p, Deadline d, transport::Endpoint** out) {
     }
   }
   if (!ep) return ep.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
-  *out = peers_.install(p, std::move(ep.value()), via, why);
+  out->set(peers_.install(p, std::move(ep.value()), via, why));
   return Status::ok();
 }
 
 Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen,
                     Deadline d, bool reply, bool more) {
-  transport::Endpoint* ep;
+  EndpointRef ep;
   LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
   WorkRequest wr;
   wr.op = transport::Op::kSend;
@@ -88,7 +126,7 @@ Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, si
       more_in_batch_) {
     wr.flags |= transport::kWrMore;
   }
-  return post_one(p, ep, wr, d);
+  return post_one(p, ep.get(), wr, d);
 }
 
 // Posts one work request to `p`, polling while the transport pushes back,

@@ -109,12 +109,18 @@ void Engine::progress_loop() {
   // the bound is how long peers' requests may wait for an idle engine.
   const uint64_t base_park_ns = std::max<uint64_t>(config_.engine.spin_us, 10) * 1000ull;
   uint64_t park_ns = base_park_ns;
-  uint64_t spin_until = 0, yield_at = 0, next_manager_check = 0;
+  uint64_t spin_until = 0, yield_at = 0, next_manager_check = 0, next_collect = 0;
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
     bool did = progress();
     uint64_t now = now_ns();
     int hb = membership_.heartbeat(now);
+    if (peers_.retired() != 0 && now >= next_collect) {
+      // Endpoints of gone connections: freed (with their descriptors and
+      // mappings) once no caller can hold them.
+      peers_.collect();
+      next_collect = now + kCollectEveryNs;
+    }
     if (membership_.rejoin_ready()) {  // the manager came back, or refused us
       events.clear();
       if (membership_.finish_rejoin(&events)) sets.watch_manager(membership_.fd());

@@ -100,7 +100,7 @@ void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey
   if (len > r->out_len) {
     s = Code::kTruncated;
   } else if (len > 0) {
-    transport::Endpoint* ep = nullptr;
+    EndpointRef ep;
     s = endpoint(from, default_deadline(), &ep);
     transport::Transport* via = peers_.via(from);
     if (s.is_ok() && (len > UINT32_MAX || via == nullptr || !via->caps().one_sided)) {

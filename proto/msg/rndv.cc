@@ -113,7 +113,7 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
 Status Engine::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr,
                            uint64_t rkey) {
   if (len > UINT32_MAX) return Code::kInvalidArg;
-  transport::Endpoint* ep;
+  EndpointRef ep;
   Deadline d = default_deadline();
   LT_RETURN_IF_ERROR(endpoint(to, d, &ep));
   WorkRequest wr;
@@ -122,7 +122,7 @@ Status Engine::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64
   wr.num_sge = 1;
   wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
   wr.remote = {addr, rkey};
-  return post_one(to, ep, wr, d);
+  return post_one(to, ep.get(), wr, d);
 }
 
 // A rendezvous receive's answer: MsgPlaced (the bytes are in its buffer

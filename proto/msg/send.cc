@@ -33,7 +33,7 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   // The peer first: a dead one is PEER_DOWN even when no credit is left.
   transport::Transport* via = nullptr;
   if (node != self()) {
-    transport::Endpoint* ep;
+    EndpointRef ep;
     LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
     via = peers_.via(node);
   }

@@ -29,8 +29,8 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
     });
     return true;
   }
-  transport::Endpoint* ep = native_endpoint(m);
-  if (ep == nullptr) return false;
+  EndpointRef ep;
+  if (!native_endpoint(m, &ep)) return false;
   WorkRequest wr;
   wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
   wr.num_sge = 1;
@@ -38,7 +38,7 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
   wr.remote = {off, m.rkey};
   wr.operand = operand;
   wr.compare = compare;
-  *s = native_op(m, ep, wr);
+  *s = native_op(m, ep.get(), wr);
   return true;
 }
 

@@ -9,13 +9,12 @@ using transport::WorkRequest;
 
 // The endpoint for native one-sided access to m's memory: the LMR lives in
 // a region the owner's one-sided transport made, and that transport serves
-// the owner. Null: use messages.
-transport::Endpoint* Engine::native_endpoint(const Mapping& m) {
-  if (m.rkey == 0 || m.owner == self()) return nullptr;
-  transport::Endpoint* ep;
-  if (!endpoint(m.owner, default_deadline(), &ep).is_ok()) return nullptr;
+// the owner. False: use messages.
+bool Engine::native_endpoint(const Mapping& m, EndpointRef* ep) {
+  if (m.rkey == 0 || m.owner == self()) return false;
+  if (!endpoint(m.owner, default_deadline(), ep).is_ok()) return false;
   transport::Transport* via = peers_.via(m.owner);
-  return via != nullptr && via->caps().one_sided ? ep : nullptr;
+  return via != nullptr && via->caps().one_sided;
 }
 
 // One native op on a peer's LMR (rights and bounds were checked against the

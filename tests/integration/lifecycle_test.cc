@@ -2,6 +2,7 @@
 // restarted under a live cluster, a node stalled past the down time that
 // comes back under a new id, and a flood of idle connections at the manager.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -169,6 +171,94 @@ TEST(Lifecycle, IdleConnectionFloodStillAdmitsAJoin) {
   ASSERT_TRUE(n != nullptr);
   EXPECT_FALSE(id_of(n).empty());
 }
+
+// What a process holds: descriptors, mappings, resident memory.
+struct Footprint {
+  size_t fds = 0, maps = 0, rss_kib = 0;
+};
+Footprint footprint(pid_t pid) {
+  Footprint f;
+  std::string dir = "/proc/" + std::to_string(pid);
+  if (DIR* d = opendir((dir + "/fd").c_str())) {
+    while (dirent* e = readdir(d)) f.fds += e->d_name[0] != '.';
+    closedir(d);
+  }
+  std::ifstream maps(dir + "/maps");
+  for (std::string line; std::getline(maps, line);) ++f.maps;
+  std::ifstream status(dir + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) f.rss_kib = std::stoul(line.substr(6));
+  }
+  return f;
+}
+
+// 200 clients join a long-lived server, call it, map its memory, leave
+// messages it never receives, and die (most killed, some leaving): once
+// they are gone the server holds what it held before they came. Their
+// connections' descriptors and (over shm) ring mappings go with the
+// endpoints, their unreceived messages and LMRs with the node.
+class Churn : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Churn, ServerReturnsToItsFootprint) {
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  const std::string transports = std::string("LTIER_TRANSPORTS=") + GetParam();
+  Proc* server = c.add_node({transports});
+  ASSERT_TRUE(server);
+  const std::string is = id_of(server);
+  auto round = [&](int clients, bool kill) {
+    std::vector<Proc*> batch;
+    for (int i = 0; i < clients; ++i) {
+      Proc* p = c.add_node({transports});
+      ASSERT_TRUE(p);
+      batch.push_back(p);
+    }
+    for (Proc* p : batch) {
+      ASSERT_EQ(p->cmd("rpc " + is + " 1 0102"), "ok 0102");
+      ASSERT_FALSE(ok_value(p->cmd("malloc " + is + " 65536 rw")).empty());
+      ASSERT_EQ(p->cmd("send_seq " + is + " 9 8 65536"), "ok");  // never received
+      ASSERT_EQ(server->cmd("send " + id_of(p) + " 5 aa"), "ok");
+    }
+    for (Proc* p : batch) {
+      if (kill) {
+        p->signal(SIGKILL);
+      } else {
+        p->send("quit");
+      }
+      EXPECT_NE(p->wait_exit(10000), -1);
+    }
+  };
+  // Let the server settle: each client's departure is seen at once (its
+  // connections close), its endpoint freed within a progress pass or two.
+  auto settled = [&](const Footprint& want) {
+    Footprint f;
+    for (int i = 0; i < 200; ++i) {
+      f = footprint(server->pid());
+      if (f.fds <= want.fds && f.maps <= want.maps) break;
+      usleep(50000);
+    }
+    return f;
+  };
+  round(10, true);  // warm-up: lazily made things (stage region, threads) exist now
+  Footprint base = settled(Footprint{~size_t{0}, ~size_t{0}, 0});
+  for (int r = 0; r < 20; ++r) round(10, r % 4 != 3);
+  Footprint after = settled(base);
+  printf(
+      "server footprint (%s): before %zu fds, %zu mappings, %zu KiB RSS; after 200 "
+      "clients %zu fds, %zu mappings, %zu KiB RSS\n",
+      GetParam(), base.fds, base.maps, base.rss_kib, after.fds, after.maps, after.rss_kib);
+  EXPECT_EQ(after.fds, base.fds);
+  EXPECT_EQ(after.maps, base.maps);
+  // The allocator keeps some freed memory; 200 clients' worth of rings (8 MiB
+  // each over shm) or messages (512 KiB each) would be far more than this.
+  EXPECT_LT(after.rss_kib, base.rss_kib + 16 * 1024);
+  EXPECT_EQ(server->cmd("rpc " + is + " 1 07"), "ok 07");  // still serving
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Churn, ::testing::Values("tcp", "shm,tcp"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "tcp" ? "tcp" : "shm_tcp";
+                         });
 
 }  // namespace
 }  // namespace lt::itest
