@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
   }
   Transport* a = ta->get();
   Transport* b = tb->get();
-  a->set_identity(1, kToken);
-  b->set_identity(2, kToken);
+  a->set_identity(1, kToken, lt::Mac{});
+  b->set_identity(2, kToken, lt::Mac{});
   PeerInfo pb;
   pb.node = 2;
   pb.addresses = {{"shm", b->local_address()}};

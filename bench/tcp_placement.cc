@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tcp_placement: this tcp transport has no placement\n");
     return 1;
   }
-  a->set_identity(1, kToken);
-  b->set_identity(2, kToken);
+  a->set_identity(1, kToken, lt::Mac{});
+  b->set_identity(2, kToken, lt::Mac{});
   auto ab = a->connect(PeerInfo{2, "", {{"tcp", b->local_address()}}}, Deadline::after_ms(5000));
   if (!ab.is_ok()) {
     std::fprintf(stderr, "tcp_placement: connect: %s\n", ab.status().name());

@@ -34,6 +34,13 @@ std::string_view view(std::span<const std::byte> b) {
 }
 }  // namespace
 
+Mac hello_key(std::string_view secret, uint64_t cluster_token) {
+  return hmac(secret,
+              {as_bytes("ltier hello key v1"),
+               std::span<const std::byte>(reinterpret_cast<const std::byte*>(&cluster_token),
+                                          sizeof(cluster_token))});
+}
+
 std::string challenge_frame(const Nonce& manager_nonce) {
   std::string f = begin_ctl(CtlType::kChallenge);
   wire::Writer w(&f);

@@ -95,6 +95,10 @@ Code open_join(const std::string& payload, std::string_view secret, const Nonce&
 /// A kJoinOk around `answer` (what follows the MAC).
 std::string join_ok_frame(std::string_view secret, const Nonce& node_nonce,
                           const Nonce& manager_nonce, const std::string& answer);
+/// The key that authenticates peers' hellos to each other: derived from the
+/// secret (which only members know) and the cluster token.
+Mac hello_key(std::string_view secret, uint64_t cluster_token);
+
 /// The answer inside a kJoinOk payload: kMalformed or kAuth as above.
 Code open_join_ok(const std::string& payload, std::string_view secret, const Nonce& node_nonce,
                   const Nonce& manager_nonce, std::string* answer);

@@ -112,8 +112,10 @@ Status Engine::join() {
   LT_DEBUG("join: transports up at %s", addresses.c_str());
   LT_RETURN_IF_ERROR(membership_.join(config_.cluster, config_.qos.tenant, addresses, rank, d));
   LT_DEBUG("join: admitted as node %u", membership_.self());
-  for (auto& t : transports_.all())
-    t->set_identity(membership_.self(), membership_.cluster_token());
+  const Mac key = hello_key(config_.cluster.secret, membership_.cluster_token());
+  for (auto& t : transports_.all()) {
+    t->set_identity(membership_.self(), membership_.cluster_token(), key);
+  }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   membership_.set_waker([fd = wake_fd_] {
     uint64_t one = 1;

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mac.h"
 #include "common/status.h"
 #include "common/time.h"
 
@@ -191,8 +192,10 @@ class Transport {
   virtual const Caps& caps() const = 0;
   /// The address peers use to reach this engine, published in the address book.
   virtual std::string local_address() const = 0;
-  /// Called once after the node has joined; until then inbound peers are refused.
-  virtual void set_identity(NodeId self, uint64_t cluster_token) = 0;
+  /// Called once after the node has joined; until then inbound peers are
+  /// refused. `hello_key` (derived from the cluster secret) authenticates the
+  /// hellos of a transport that crosses a network.
+  virtual void set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) = 0;
   /// An endpoint to `peer`, reusing an existing connection in either
   /// direction. Thread-safe. kPeerDown, kTimedOut on failure.
   virtual Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) = 0;

@@ -67,7 +67,7 @@ struct World {
     t = std::make_unique<ShmTransport>(c);
     Status s = t->init();
     FUZZ_CHECK(s.is_ok(), s.name());
-    t->set_identity(kSelf, kToken);
+    t->set_identity(kSelf, kToken, lt::Mac{});
     const std::string a = t->local_address();  // "shm:<pid>:<name>"
     size_t colon = a.find(':', 4);
     FUZZ_CHECK(colon != std::string::npos, a);

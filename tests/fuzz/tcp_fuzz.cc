@@ -6,7 +6,8 @@
 // sizes the completion array poll() gets (1..32, so "out is full" happens);
 // then records, each appending to the stream:
 //   0 raw      u8 n, n bytes as they are
-//   1 hello    u8 variant (node 1/3/keeper/~0, self, 0, wrong token, meant for another)
+//   1 hello    u8 variant (node 1/3/keeper/~0, self, 0, wrong token, meant for
+//              another, a bad MAC, a replayed counter)
 //   2 data     u8 flags, [u32 imm], u16 n, [i8 length delta], n bytes
 //   3 write    u8 target, i16 offset, u16 n, i8 length delta, n bytes:
 //              a kWrite frame whose WriteDesc names one of the registrations
@@ -31,6 +32,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +105,10 @@ struct World {
   // one it accepts a new connection within 16 polls instead of waiting for
   // its idle-listener look.
   net::Fd keeper;
+  // Hello counters: the last one used, and the last the transport accepted
+  // per node (what the reference expects it to remember across inputs).
+  uint64_t counter = 0;
+  std::map<NodeId, uint64_t> seen;
 
   World() {
     fuzz::quiet_log();
@@ -112,7 +118,7 @@ struct World {
     t = std::make_unique<TcpTransport>(c);
     Status s = t->init();
     FUZZ_CHECK(s.is_ok(), s.name());
-    t->set_identity(kSelf, kToken);
+    t->set_identity(kSelf, kToken, lt::Mac{});
     std::string host;
     uint16_t port = 0;
     FUZZ_CHECK(parse_host_port(t->local_address(), &host, &port).is_ok(), t->local_address());
@@ -130,10 +136,9 @@ struct World {
     keeper = std::move(fd).value();
     std::string hello;
     put_header(&hello, static_cast<uint8_t>(wire::FrameKind::kHello), sizeof(HelloBody));
-    wire::Writer b(&hello);
-    b.u32(kKeeper);
-    b.u32(kSelf);
-    b.u64(kToken);
+    HelloBody kh = make_hello(kKeeper, kSelf, kToken, ++counter, Mac{});
+    hello.append(reinterpret_cast<const char*>(&kh), sizeof(kh));
+    seen[kKeeper] = counter;
     put_header(&hello, static_cast<uint8_t>(wire::FrameKind::kData), 0);
     FUZZ_CHECK(net::write_all(keeper.get(), hello.data(), hello.size(), d).is_ok(), "keeper");
     // Until its empty message arrives: then it is accepted and identified.
@@ -182,7 +187,7 @@ void write_target(const World& w, uint8_t sel, int64_t off, Input& in, uint64_t*
   }
 }
 
-std::string build_stream(const World& w, Input& in) {
+std::string build_stream(World& w, Input& in) {
   std::string s;
   while (!in.empty() && s.size() < kMaxStream) {
     switch (in.u8() % 6) {
@@ -194,10 +199,10 @@ std::string build_stream(const World& w, Input& in) {
         static constexpr uint32_t kNodes[] = {1, 3, kKeeper, 0xffffffffu};
         uint32_t node = v & 4 ? kSelf : v & 8 ? 0 : kNodes[v & 3];
         put_header(&s, static_cast<uint8_t>(wire::FrameKind::kHello), sizeof(HelloBody));
-        wire::Writer b(&s);
-        b.u32(node);
-        b.u32(v & 32 ? 1 : kSelf);  // the node meant
-        b.u64(v & 16 ? kToken ^ 1 : kToken);
+        HelloBody h = make_hello(node, v & 32 ? 1 : kSelf, v & 16 ? kToken ^ 1 : kToken,
+                                 v & 128 ? 1 : ++w.counter, Mac{});
+        if (v & 64) h.mac[5] ^= std::byte{0x10};
+        s.append(reinterpret_cast<const char*>(&h), sizeof(h));
         break;
       }
       case 2: {
@@ -275,7 +280,8 @@ struct Outcome {
 };
 
 // What the transport must do with `s` followed by EOF.
-Outcome reference(const World& w, const std::string& s) {
+// Not const: a hello it accepts raises the counter the transport remembers.
+Outcome reference(World& w, const std::string& s) {
   Outcome o;
   o.arena = arena_pattern();
   auto u32 = [&](size_t at) {
@@ -299,7 +305,7 @@ Outcome reference(const World& w, const std::string& s) {
     uint32_t len = u32(at + 4), imm = u32(at + 8), reserved = u32(at + 12);
     bool header_ok = magic == 0x544c && version == 1 && kind >= 1 && kind <= 5 && reserved == 0 &&
                      (imm == 0 || kind == 3) && (kind == 5 || len <= kMaxMsg);
-    if (!header_ok || (peer == kNoNode && (kind != 1 || len != 16))) {
+    if (!header_ok || (peer == kNoNode && (kind != 1 || len != sizeof(HelloBody)))) {
       ++o.malformed;
       break;
     }
@@ -336,14 +342,17 @@ Outcome reference(const World& w, const std::string& s) {
         ++o.malformed;
         break;
       }
-      // The first frame is 16 bytes long here (checked with the header).
-      uint32_t node = u32(at + 16), to = u32(at + 20);
-      uint64_t token = u64(at + 24);
-      if (token != kToken || to != kSelf || node == kNoNode || node == kSelf) {
+      // The first frame is a hello's length here (checked with the header).
+      HelloBody h;
+      std::memcpy(&h, s.data() + at + 16, sizeof(h));
+      uint64_t& last = w.seen[h.node];
+      if (h.cluster_token != kToken || h.to != kSelf || h.node == kNoNode || h.node == kSelf ||
+          !hello_mac_ok(h, Mac{}) || h.counter <= last) {
         ++o.malformed;
         break;
       }
-      peer = node;
+      last = h.counter;
+      peer = h.node;
     } else if (kind == 2 || kind == 3) {
       o.msgs.push_back(Msg{peer, imm, s.substr(at + 16, len)});
     } else {

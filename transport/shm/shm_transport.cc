@@ -98,7 +98,10 @@ Status ShmTransport::add_to_epoll(int fd, uint64_t tag) {
   return Status::ok();
 }
 
-void ShmTransport::set_identity(NodeId self, uint64_t cluster_token) {
+// The hello key is not used: an shm hello comes over a unix socket from a
+// process of the same user (checked with SO_PEERCRED), which could read this
+// process's memory anyway.
+void ShmTransport::set_identity(NodeId self, uint64_t cluster_token, const Mac&) {
   token_.store(cluster_token, std::memory_order_release);
   self_.store(self, std::memory_order_release);
 }

@@ -68,7 +68,7 @@ class ShmTransport final : public Transport {
   const char* name() const override { return "shm"; }
   const Caps& caps() const override { return caps_; }
   std::string local_address() const override { return address_; }
-  void set_identity(NodeId self, uint64_t cluster_token) override;
+  void set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) override;
   /// kNotJoined before set_identity; kPeerDown when the address is not an shm
   /// address, nothing listens there, or the listener has another uid; kSys
   /// when memfd/eventfd/mmap fail.

@@ -79,7 +79,33 @@ Status TcpTransport::init() {
   return Status::ok();
 }
 
-void TcpTransport::set_identity(NodeId self, uint64_t cluster_token) {
+namespace {
+constexpr std::string_view kHelloLabel = "ltier tcp hello v1";
+constexpr size_t kHelloSigned = offsetof(HelloBody, mac);
+Mac hello_mac(const HelloBody& h, const Mac& key) {
+  return hmac(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
+              {as_bytes(kHelloLabel),
+               std::span<const std::byte>(reinterpret_cast<const std::byte*>(&h), kHelloSigned)});
+}
+}  // namespace
+
+HelloBody make_hello(NodeId node, NodeId to, uint64_t token, uint64_t counter, const Mac& key) {
+  HelloBody h{};
+  h.node = node;
+  h.to = to;
+  h.cluster_token = token;
+  h.counter = counter;
+  Mac m = hello_mac(h, key);
+  std::memcpy(h.mac, m.data(), m.size());
+  return h;
+}
+
+bool hello_mac_ok(const HelloBody& h, const Mac& key) {
+  return same_mac(std::span<const std::byte>(h.mac, kMacBytes), hello_mac(h, key));
+}
+
+void TcpTransport::set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) {
+  hello_key_ = hello_key;
   token_.store(cluster_token, std::memory_order_release);
   self_.store(self, std::memory_order_release);
 }
@@ -115,7 +141,7 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
     wire::FrameHeader h;
     HelloBody b;
   } hello{wire::make_frame(wire::FrameKind::kHello, sizeof(HelloBody)),
-          HelloBody{self, peer.node, token_.load()}};
+          make_hello(self, peer.node, token_.load(), hello_counter_.fetch_add(1) + 1, hello_key_)};
   LT_RETURN_IF_ERROR(net::write_all(fd->get(), &hello, sizeof(hello), d));
   auto conn = std::make_shared<Conn>(this, std::move(fd.value()), peer.node, true);
   conn->rx_reserve(kInitialRx);
@@ -215,9 +241,17 @@ bool TcpTransport::handle_hello(Conn* c, std::span<const std::byte> body) {
   HelloBody h;
   std::memcpy(&h, body.data(), sizeof(h));
   const NodeId self = self_.load();
-  if (h.cluster_token != token || h.to != self || h.node == kNoNode || h.node == self) {
+  if (h.cluster_token != token || h.to != self || h.node == kNoNode || h.node == self ||
+      !hello_mac_ok(h, hello_key_)) {
     return false;
   }
+  uint64_t& last = hello_seen_[h.node];
+  if (h.counter <= last) {
+    LT_WARN("tcp: refused a replayed hello from node %u (counter %llu, last %llu)", h.node,
+            static_cast<unsigned long long>(h.counter), static_cast<unsigned long long>(last));
+    return false;
+  }
+  last = h.counter;
   c->peer_.store(h.node);
   c->hello_done_ = true;
   conns_.identify(c, h.node);

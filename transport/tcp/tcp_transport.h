@@ -30,14 +30,23 @@
 
 namespace lt::transport::tcp {
 
-/// Body of the kHello frame that opens every peer connection.
+/// Body of the kHello frame that opens every peer connection. The MAC,
+/// keyed by the cluster's hello key (derived from the secret, so the token,
+/// which crosses the wire, is not enough to forge one), covers the fields
+/// before it. `counter` grows with every hello a transport sends; a receiver
+/// refuses a hello whose counter is not above the last it accepted from that
+/// node, so a captured hello cannot be replayed.
 struct HelloBody {
   uint32_t node;           // sender's node id (from ltier-manager)
   uint32_t to;             // the node the sender means to reach: any other refuses
                            // (an address now served by another process)
   uint64_t cluster_token;  // token handed out by ltier-manager at join
+  uint64_t counter;
+  std::byte mac[kMacBytes];
 };
-static_assert(sizeof(HelloBody) == 16);
+static_assert(sizeof(HelloBody) == 56);
+HelloBody make_hello(NodeId node, NodeId to, uint64_t token, uint64_t counter, const Mac& key);
+bool hello_mac_ok(const HelloBody& h, const Mac& key);
 
 class Conn;
 
@@ -73,7 +82,7 @@ class TcpTransport final : public Transport {
   const char* name() const override { return "tcp"; }
   const Caps& caps() const override { return caps_; }
   std::string local_address() const override { return address_; }
-  void set_identity(NodeId self, uint64_t cluster_token) override;
+  void set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) override;
   Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) override;
   Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) override;
   void deregister_memory(const MemRegion& r) override;
@@ -119,6 +128,9 @@ class TcpTransport final : public Transport {
   net::Fd epfd_;
   std::atomic<NodeId> self_{kNoNode};
   std::atomic<uint64_t> token_{0};
+  Mac hello_key_{};                                  // written before token_, read after it
+  std::atomic<uint64_t> hello_counter_{0};           // the last counter sent
+  std::unordered_map<NodeId, uint64_t> hello_seen_;  // poller only: last counter accepted per node
   std::atomic<uint64_t> malformed_{0};
 
   ConnTable<Conn> conns_;

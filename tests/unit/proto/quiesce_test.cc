@@ -63,9 +63,7 @@ TEST(Quiescence, NestedSectionsCountOnce) {
   Quiescence::Snapshot s;
   {
     Quiescence::Section outer;
-    {
-      Quiescence::Section inner;
-    }
+    { Quiescence::Section inner; }
     // Still inside the outer section: a snapshot taken by another thread
     // sees this one.
     std::thread([&] { s = Quiescence::snapshot(); }).join();

@@ -40,7 +40,7 @@ std::unique_ptr<Transport> make(NodeId node, uint32_t ring_bytes = 0) {
   auto t = make_shm_transport(c);
   EXPECT_TRUE(t.is_ok()) << t.status().name();
   if (!t.is_ok()) return nullptr;
-  if (node != kNoNode) (*t)->set_identity(node, kToken);
+  if (node != kNoNode) (*t)->set_identity(node, kToken, lt::Mac{});
   return std::move(t).value();
 }
 

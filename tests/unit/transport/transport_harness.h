@@ -242,7 +242,7 @@ class TransportHarness : public ::testing::Test {
     auto s = std::make_unique<Side>();
     s->node = node;
     s->t = std::move(t).value();
-    if (node != kNoNode) s->t->set_identity(node, token);
+    if (node != kNoNode) s->t->set_identity(node, token, lt::Mac{});
     sides_.push_back(std::move(s));
     return sides_.back().get();
   }
