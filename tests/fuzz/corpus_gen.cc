@@ -243,8 +243,7 @@ void manager_seeds() {
           rec(0, true, lock_req(CtlType::kLockRelease, 2, "l", 7)));
   put("manager", "speak-before-join", u8(2) + rec(1, false, ctl(CtlType::kHeartbeat, "")));
   put("manager", "names",
-      u8(3) + join(0, "a") + join(1, "b") +
-          rec(0, true, name_req(CtlType::kNameRegister, 1, "x")) +
+      u8(3) + join(0, "a") + join(1, "b") + rec(0, true, name_req(CtlType::kNameRegister, 1, "x")) +
           rec(1, true, name_req(CtlType::kNameRegister, 2, "x")) +
           rec(1, true, name_req(CtlType::kNameLookup, 3, "x")) +
           rec(1, true, name_req(CtlType::kNameUnregister, 4, "x")) +
@@ -263,10 +262,9 @@ void manager_seeds() {
           rec(1, true, lock_req(CtlType::kLockAcquire, 2, "l", 8)) +
           rec(0, true, ctl(CtlType::kLeave, "")));
   put("manager", "barrier",
-      u8(6) + join(0, "a") + join(1, "b") +
-          rec(0, true, barrier_req(1, "b", 2)) + rec(0, true, barrier_req(2, "b", 3)) +
-          rec(1, true, barrier_req(3, "b", 2)) + rec(0, true, barrier_req(4, "c", 2)) +
-          rec(0, true, barrier_req(4, "c", 0)));
+      u8(6) + join(0, "a") + join(1, "b") + rec(0, true, barrier_req(1, "b", 2)) +
+          rec(0, true, barrier_req(2, "b", 3)) + rec(1, true, barrier_req(3, "b", 2)) +
+          rec(0, true, barrier_req(4, "c", 2)) + rec(0, true, barrier_req(4, "c", 0)));
   put("manager", "malformed-lock",
       u8(7) + join(0, "a") + rec(0, true, ctl(CtlType::kLockAcquire, "xx")));
   put("manager", "two-joins", u8(8) + join(0, "a") + join(0, "a"));
@@ -279,7 +277,7 @@ void membership_seeds() {
   // Byte 0: seal the first frame (see membership_fuzz).
   put("membership", "join-ok",
       u8(1) + join_ok(2, {member(2, "self", "tcp=127.0.0.1:1 shm=shm:1:x"),
-                  member(1, "other", "tcp=127.0.0.1:9 shm=shm:2:y")}));
+                          member(1, "other", "tcp=127.0.0.1:9 shm=shm:2:y")}));
   put("membership", "join-ok-pushes",
       u8(1) + join_ok(1, {member(1, "self", "127.0.0.1:1")}) +
           ctl(CtlType::kMemberUp, member(2, "b", "tcp=10.0.0.2:7 shm=shm:3:z")) +

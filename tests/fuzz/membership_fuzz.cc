@@ -6,8 +6,8 @@
 // Input: byte 0, flags (bit 0: seal the first frame), then what the manager
 // sends after it has read the node's kJoin, followed by the end of its side.
 // A sealed first frame that is a kJoinOk gets the MAC the handshake expects
-// (fuzzed bytes never would), so the answer's decoding is reached. join must return (a hang is a failure) with one of
-// its documented codes; after a successful one the node reads the rest as
+// (fuzzed bytes never would), so the answer's decoding is reached. join must return (a hang is a
+// failure) with one of its documented codes; after a successful one the node reads the rest as
 // pushes until it sees the end, and its address book must hold only members
 // that decoded: non-zero ids, fields within their limits, and peer()
 // addresses cut from the member's own address field.

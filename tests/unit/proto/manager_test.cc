@@ -6,9 +6,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <cerrno>
-
 #include <atomic>
+#include <cerrno>
 #include <map>
 #include <memory>
 #include <thread>
@@ -238,9 +237,9 @@ TEST_F(ManagerTest, ReplayedJoinAndWrongSecretAreRefused) {
   ASSERT_NE(joined_as(a.get()), 0u);
   net::Fd replay = idle();
   challenge(replay.get());
-  ASSERT_TRUE(net::write_all(replay.get(), captured.data(), captured.size(),
-                             Deadline::after_ms(2000))
-                  .is_ok());
+  ASSERT_TRUE(
+      net::write_all(replay.get(), captured.data(), captured.size(), Deadline::after_ms(2000))
+          .is_ok());
   EXPECT_EQ(refusal(replay.get()), Code::kAuth);
   net::Fd wrong = send_join(fresh("w"), "not-the-secret");
   EXPECT_EQ(refusal(wrong.get()), Code::kAuth);
