@@ -582,6 +582,7 @@ Manager::Manager(const ManagerOptions& o) {
   po.join_timeout_ms = o.join_timeout_ms;
   po.max_unjoined = o.max_unjoined;
   po.recover_ms = o.recover_ms;
+  po.max_nodes = o.max_nodes;
   po.verbose = o.verbose;
   impl_ = std::make_unique<Impl>(po);
 }

@@ -1,5 +1,5 @@
-// Message authentication for the control plane: HMAC-SHA256 from OpenSSL's
-// libcrypto (no hand-rolled cryptography), fresh random nonces, and a
+// Message authentication for the control plane: HMAC-SHA256 from libsodium
+// (no hand-rolled cryptography), fresh random nonces from its CSPRNG, and a
 // constant-time comparison. The cluster secret is the key; it never goes on
 // the wire.
 #pragma once
@@ -22,7 +22,8 @@ using Nonce = std::array<std::byte, kNonceBytes>;
 /// its length (so part boundaries are authenticated too).
 Mac hmac(std::string_view key, std::initializer_list<std::span<const std::byte>> parts);
 
-/// A fresh nonce; false if the system's random source failed.
+/// A fresh nonce (libsodium's randombytes; it aborts rather than return a
+/// weak one). Always true.
 bool make_nonce(Nonce* out);
 
 /// Equal, in time independent of where the first difference is.

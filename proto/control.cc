@@ -68,7 +68,8 @@ std::string join_body(const JoinRequest& j) {
   w.u32(j.rank);
   w.u32(j.claim_node);
   w.u64(j.claim_token);
-  w.u32(j.high_water);
+  w.u32(static_cast<uint32_t>(j.seen.size()));
+  for (uint32_t id : j.seen) w.u32(id);
   w.u32(static_cast<uint32_t>(j.locks.size()));
   for (auto& [name, owner] : j.locks) {
     w.str(name);
@@ -116,7 +117,9 @@ Code open_join(const std::string& payload, std::string_view secret, const Nonce&
   j->rank = b.u32();
   j->claim_node = b.u32();
   j->claim_token = b.u64();
-  j->high_water = b.u32();
+  uint32_t nseen = b.u32();
+  for (uint32_t i = 0; b.ok() && i < nseen && i < kNodeSlots; ++i) j->seen.push_back(b.u32());
+  if (nseen > kNodeSlots) return Code::kMalformed;
   uint32_t nlocks = b.u32();
   for (uint32_t i = 0; b.ok() && i < nlocks && i < kMaxClaims; ++i) {
     std::string name(b.str(256));

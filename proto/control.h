@@ -10,6 +10,7 @@
 #include "common/mac.h"
 #include "common/status.h"
 #include "common/wire.h"
+#include "transport/transport.h"
 
 namespace lt::proto {
 
@@ -34,11 +35,19 @@ enum class CtlType : uint8_t {
 inline constexpr uint8_t kMaxCtlType = 15;
 inline constexpr uint8_t kHandshakeVersion = 1;
 inline constexpr uint32_t kMaxCtlFrame = 1u << 20;
-inline constexpr uint32_t kMaxMembers = 1024;
-/// Node ids are never reused: not within one manager's life, and not by a
-/// restarted manager either (the members that reconnect tell it the highest
-/// id they have seen). Engines size their peer tables by this bound.
-inline constexpr uint32_t kMaxNodeId = 1024;
+inline constexpr uint32_t kMaxMembers = 1023;  // one per slot
+inline constexpr uint32_t kMaxBarrierCount = 65536;
+/// Node ids are slot + generation: id = generation x kNodeSlots + slot, slot
+/// in [1, kNodeSlots). The engines' per-node tables have kNodeSlots entries,
+/// indexed by node_slot(id). The manager gives a slot to a new node only
+/// while no member holds it, with the slot's next generation, so ids are
+/// never reused (not by a restarted manager either: the members that
+/// reconnect tell it the newest id they have seen in each slot), and joins
+/// over a cluster's life are not limited; members at once are (kMaxMembers).
+using transport::kNodeSlots;
+using transport::node_gen;
+using transport::node_slot;
+inline constexpr uint32_t kMaxNodeGen = UINT32_MAX / kNodeSlots - 1;
 
 /// Member::rank of a node that has none.
 inline constexpr uint32_t kNoRank = UINT32_MAX;
@@ -56,16 +65,16 @@ bool get_member(wire::Reader& r, Member* m);
 
 /// What a node asks for when it joins. A node that was a member under a
 /// manager that went away (restarted) claims its place back: its id, the
-/// cluster token, the highest node id it has seen (so that the new manager
-/// never hands out an id some survivor knows), the locks it holds, the names
-/// it registered, and the members it knows (those that do not claim their
-/// place back in time are declared down).
+/// cluster token, the newest id it has seen in each slot (so that the new
+/// manager never hands out an id some survivor knows), the locks it holds,
+/// the names it registered, and the members it knows (those that do not
+/// claim their place back in time are declared down).
 struct JoinRequest {
   std::string name, addresses, host_id, tenant;
   uint32_t rank = kNoRank;
   uint32_t claim_node = 0;  // 0: a fresh join
   uint64_t claim_token = 0;
-  uint32_t high_water = 0;
+  std::vector<uint32_t> seen;                           // per slot, the newest id seen
   std::vector<std::pair<std::string, uint64_t>> locks;  // (name, owner)
   std::vector<std::string> names;
   std::vector<uint32_t> known;

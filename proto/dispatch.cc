@@ -15,6 +15,10 @@ void Engine::handle(const Completion& c) {
     return;
   }
   if (c.kind != CqKind::kRecv) return;
+  // A node new in its slot (its hello named it; the membership may not have
+  // told us yet) takes the slot over; one older than the slot's holder is
+  // gone, and what it sent last is dropped.
+  if (!peers_.owns(c.peer) && !claim_peer(c.peer)) return;
   auto b = std::span<const std::byte>(c.rx, c.len);
   MsgHeader h;
   if (!decode_header(b, &h).is_ok()) {

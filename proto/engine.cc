@@ -47,14 +47,14 @@ Result<Member> Engine::node_info(NodeId node) const {
 }
 
 namespace {
-// The newest member that `match` accepts, looking again until `d`: a node
+// The member with the highest id that `match` accepts, looking again until `d`: a node
 // may join after the caller (all ranks of a job start together).
 template <typename Match>
 Result<NodeId> find_member(const Membership& members, Deadline d, Match&& match) {
   for (;;) {
     NodeId found = 0;
     for (const Member& m : members.members()) {
-      if (match(m) && m.node > found) found = m.node;  // ids grow: the newest
+      if (match(m) && m.node > found) found = m.node;
     }
     if (found != 0) return found;
     if (d.expired()) return Code::kNotFound;
@@ -112,6 +112,7 @@ Status Engine::join() {
   LT_DEBUG("join: transports up at %s", addresses.c_str());
   LT_RETURN_IF_ERROR(membership_.join(config_.cluster, config_.qos.tenant, addresses, rank, d));
   LT_DEBUG("join: admitted as node %u", membership_.self());
+  for (const Member& m : membership_.members()) claim_peer(m.node);  // self included
   const Mac key = hello_key(config_.cluster.secret, membership_.cluster_token());
   for (auto& t : transports_.all()) {
     t->set_identity(membership_.self(), membership_.cluster_token(), key);
@@ -160,8 +161,26 @@ bool Engine::on_manager_readable(std::vector<Membership::Event>* events) {
   return s.is_ok();
 }
 
+bool Engine::claim_peer(NodeId p) {
+  switch (peers_.claim(p)) {
+    case PeerTable::Claim::kHeld:
+      return true;
+    case PeerTable::Claim::kStale:
+      return false;
+    case PeerTable::Claim::kTaken:
+      break;
+  }
+  {
+    std::lock_guard<SpinLock> g(client_.ports.mutex());  // serialized as reset() is
+    credits_.rekey(p);
+  }
+  credits_.returned();  // a caller refused credits meanwhile tries again
+  return true;
+}
+
 void Engine::apply_events(const std::vector<Membership::Event>& events) {
   for (const Membership::Event& e : events) {
+    if (e.kind == Membership::Event::kUp) claim_peer(e.node);
     if (e.kind == Membership::Event::kDown) peer_gone(e.node, true);
     if (e.kind == Membership::Event::kExpelled) expel();
     events_.push(e.kind, e.node);
@@ -195,6 +214,7 @@ void Engine::expel() {
 void Engine::peer_gone(NodeId n, bool member_down) {
   if (member_down) {
     LT_INFO("node %u is down", n);
+    claim_peer(n);  // a node never seen here: its slot says so from now on
     peers_.mark_down(n);
   } else {
     LT_INFO("connection to node %u lost", n);

@@ -87,7 +87,7 @@ class Engine {
   const Config& config() const { return config_; }
   /// The address book's record of `node` (this node's included): kNotFound.
   Result<Member> node_info(NodeId node) const;
-  /// The node called `name` (the newest, if several have that name), or
+  /// The node called `name` (the highest id, if several have that name), or
   /// the one that joined with cluster.rank `rank`, waiting until `d` for it
   /// to join: kNotFound when none has by then.
   Result<NodeId> node_by_name(const std::string& name, Deadline d) const;
@@ -235,10 +235,14 @@ class Engine {
     AllocReply alloc{};
     MapReply mapr{};
   };
-  static constexpr NodeId kMaxNodes = kMaxNodeId;
+  static constexpr NodeId kMaxNodes = kNodeSlots;
 
   // ---- engine.cc: lifecycle, peers going away
   void peer_gone(NodeId n, bool member_down);
+  /// `p` holds its node slot from now on (the membership knows it, or a
+  /// transport identified it): what an older node of the slot left in the
+  /// peer table and the credits is reset. False when a newer node holds it.
+  bool claim_peer(NodeId p);
   // The manager declared this node down: every call fails from now on.
   void expel();
   bool on_manager_readable(std::vector<Membership::Event>* events);  // false: manager gone

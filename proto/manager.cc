@@ -45,7 +45,36 @@ Status Manager::start() {
       1, std::min<size_t>(opt_.max_unjoined, static_cast<size_t>(nofile.rlim_cur / 2)));
   spare_fd_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (opt_.recover_ms != 0) recover_until_ns_ = now_ns() + opt_.recover_ms * 1000000ull;
+  max_slot_ = std::clamp<uint32_t>(opt_.max_nodes, 1, kMaxMembers);
+  for (uint32_t s = 1; s <= max_slot_; ++s) free_slots_.push_back(s);
   return Status::ok();
+}
+
+uint32_t Manager::next_fresh_id() const {
+  for (uint32_t s : free_slots_) {
+    const SlotState& st = slots_[s];
+    uint32_t gen = st.known ? st.gen + 1 : 0;
+    if (st.holder == 0 && !st.reserved && gen <= kMaxNodeGen) return gen * kNodeSlots + s;
+  }
+  return 0;
+}
+
+void Manager::take_slot(uint32_t id) {
+  SlotState& st = slots_[node_slot(id)];
+  st = SlotState{node_gen(id), true, true, id, false};
+  std::erase(free_slots_, node_slot(id));
+  ++joins_;
+}
+
+void Manager::raise_slot(uint32_t id) {
+  uint32_t slot = node_slot(id);
+  if (slot == 0 || slot > max_slot_) return;
+  SlotState& st = slots_[slot];
+  if (st.known && node_gen(id) <= st.gen) return;
+  if (st.holder != 0) return;  // a member holds it: it is the newest
+  st.gen = node_gen(id);
+  st.known = true;
+  st.admitted = false;
 }
 
 void Manager::joined_or_gone(Client* c) {
@@ -159,6 +188,8 @@ void Manager::drop(Client* c, const char* why) {
   clients_.erase(c);
   if (node == 0) return;
   members_.erase(node);
+  slots_[node_slot(node)].holder = 0;
+  free_slots_.push_back(node_slot(node));
   for (auto it = names_.begin(); it != names_.end();) {
     it = it->second == node ? names_.erase(it) : std::next(it);
   }
@@ -216,8 +247,9 @@ void Manager::on_join(Client* c, const std::string& payload) {
   m.host_id = j.host_id;
   m.rank = j.rank;
   if (j.claim_node != 0) return readmit(c, j, std::move(m), node_nonce);
-  if (members_.size() >= kMaxMembers || next_node_ >= kMaxNodeId) {
-    return refuse_join(c, m.name, Code::kNoResource, "cluster is full (node ids are not reused)");
+  if (next_fresh_id() == 0) {
+    return refuse_join(c, m.name, Code::kNoResource,
+                       "cluster is full (" + std::to_string(max_slot_) + " members)");
   }
   if (now_ns() < recover_until_ns_) {
     // Answered when the recovery time ends (admit_held): the survivors'
@@ -234,7 +266,7 @@ void Manager::admit_held() {
   held_.clear();
   for (Held& h : held) {
     if (clients_.find(h.client) == clients_.end()) continue;
-    if (members_.size() >= kMaxMembers || next_node_ >= kMaxNodeId) {
+    if (next_fresh_id() == 0) {
       refuse_join(h.client, h.member.name, Code::kNoResource, "cluster is full");
     } else {
       admit(h.client, std::move(h.member), h.nonce);
@@ -259,8 +291,8 @@ void Manager::refuse_join(Client* c, const std::string& name, Code code, const s
 // before it is added, so it is not told about itself twice.
 void Manager::admit(Client* c, Member m, const Nonce& node_nonce) {
   joined_or_gone(c);
-  if (m.node == 0) m.node = next_node_++;
-  issued_[m.node] = true;
+  if (m.node == 0) m.node = next_fresh_id();  // checked by the caller
+  take_slot(m.node);
   c->node = m.node;
   c->member = m;
   std::string answer;
@@ -292,22 +324,28 @@ void Manager::admit(Client* c, Member m, const Nonce& node_nonce) {
 // already admitted is never admitted again: its holder was declared down,
 // or another process holds it.
 void Manager::readmit(Client* c, const JoinRequest& j, Member m, const Nonce& node_nonce) {
-  if (!token_adopted_ && members_.empty() && next_node_ == 1) {
+  if (!token_adopted_ && members_.empty() && joins_ == 0) {
     token_ = j.claim_token;
     token_adopted_ = true;
   }
   const uint32_t id = j.claim_node;
+  if (j.claim_token == token_) {
+    for (uint32_t seen : j.seen) {
+      if (seen != id) raise_slot(seen);  // one newer than the claimant in its slot refuses it
+    }
+  }
+  const SlotState& st = slots_[node_slot(id)];
   std::string why;
   if (j.claim_token != token_) {
     why = "this manager serves another cluster (its token differs)";
-  } else if (id >= kMaxNodeId || j.high_water >= kMaxNodeId) {
+  } else if (node_slot(id) == 0 || node_slot(id) > max_slot_) {
     why = "node id out of range";
-  } else if (issued_[id]) {
-    why = members_.count(id) != 0 ? "node id " + std::to_string(id) + " is taken"
-                                  : "node " + std::to_string(id) + " was declared down";
+  } else if (st.holder != 0) {
+    why = "node id " + std::to_string(id) + " is taken";
+  } else if (st.known && (node_gen(id) < st.gen || (node_gen(id) == st.gen && st.admitted))) {
+    why = "node " + std::to_string(id) + " was declared down";
   }
   if (!why.empty()) return refuse_join(c, m.name, Code::kClosed, why);
-  next_node_ = std::max({next_node_, id + 1, j.high_water + 1});
   // The survivors get as long as the down time (at least the recovery time)
   // from the first claim to come back, as they would have to keep their
   // place under the old manager.
@@ -316,7 +354,11 @@ void Manager::readmit(Client* c, const JoinRequest& j, Member m, const Nonce& no
         std::max<uint64_t>(recover_until_ns_, now_ns() + opt_.down_after_ms * 1000000ull);
   }
   for (uint32_t k : j.known) {
-    if (k != 0 && k < kMaxNodeId && !issued_[k]) expected_.insert(k);
+    SlotState& ks = slots_[node_slot(k)];
+    bool gone = ks.known && (node_gen(k) < ks.gen || (node_gen(k) == ks.gen && ks.admitted));
+    if (node_slot(k) == 0 || gone || ks.holder != 0) continue;
+    expected_.insert(k);
+    ks.reserved = true;  // no fresh node takes its slot while it may come back
   }
   expected_.erase(id);
   m.node = id;
@@ -338,7 +380,11 @@ void Manager::end_claims() {
   claims_until_ns_ = 0;
   for (uint32_t id : expected_) {
     if (members_.count(id) != 0) continue;
-    issued_[id] = true;
+    SlotState& st = slots_[node_slot(id)];
+    st.reserved = false;
+    if (st.holder == 0 && (!st.known || node_gen(id) >= st.gen)) {
+      st = SlotState{node_gen(id), true, true, 0, false};  // never admitted again
+    }
     if (opt_.verbose) fprintf(stderr, "ltier-manager: node %u down (did not come back)\n", id);
     std::string f = begin_ctl(CtlType::kMemberDown);
     wire::Writer w(&f);
@@ -395,7 +441,7 @@ void Manager::on_barrier(Client* c, wire::Reader& r) {
   if (!r.ok() || !r.at_end() || name.empty()) return drop(c, "malformed barrier request");
   if (count == 0) return withdraw_arrival(c, req, name);
   Barrier& b = barriers_[name];
-  if (count > kMaxMembers * 64 || (b.count != 0 && b.count != count)) {
+  if (count > kMaxBarrierCount || (b.count != 0 && b.count != count)) {
     if (b.arrived.empty()) barriers_.erase(name);
     return reply(c, req, Code::kInvalidArg);
   }

@@ -36,6 +36,9 @@ struct ManagerOptions {
   // claim their ids back, so that no newcomer starts a cluster of its own.
   // 0 (the default): a fresh manager admits joins at once.
   uint32_t recover_ms = 0;
+  // Members at once, 1 to 1023 (node slots 1..max_nodes). Slots are reused
+  // (with a new generation, so ids are not) once their member is gone.
+  uint32_t max_nodes = kMaxMembers;
   bool verbose = false;  // one line per membership change on stderr
 };
 
@@ -84,11 +87,26 @@ class Manager {
   net::Fd listen_fd_;
   net::Fd epfd_;
   uint64_t token_ = 0;
-  uint32_t next_node_ = 1;
-  // Ids this manager has admitted (fresh or claimed back): one that is not a
-  // member any more was declared down, and is never admitted again.
-  std::vector<bool> issued_ = std::vector<bool>(kMaxNodeId, false);
-  bool token_adopted_ = false;  // token_ came from the first member to claim its id back
+  // Node slots (control.h): the newest generation given out or seen in each,
+  // whether this manager admitted that generation (then it is never
+  // admitted again: its node was declared down), and the member in it.
+  struct SlotState {
+    uint32_t gen = 0;
+    bool known = false;
+    bool admitted = false;
+    uint32_t holder = 0;
+    bool reserved = false;  // a survivor knows a member in it that has not claimed it back yet
+  };
+  std::vector<SlotState> slots_ = std::vector<SlotState>(kNodeSlots);
+  std::deque<uint32_t> free_slots_;  // free the longest first
+  uint32_t max_slot_ = kMaxMembers;
+  // The next fresh id (a free slot's next generation), or 0 when the cluster
+  // is full. The slot is not taken yet.
+  uint32_t next_fresh_id() const;
+  void take_slot(uint32_t id);
+  void raise_slot(uint32_t id);  // a claim saw `id`: no older id of its slot is given out
+  uint32_t joins_ = 0;           // admitted by this manager (fresh or claimed)
+  bool token_adopted_ = false;   // token_ came from the first member to claim its id back
   uint64_t recover_until_ns_ = 0;
   struct Held {  // a fresh join that waits for the end of the recovery time
     Client* client;

@@ -139,7 +139,7 @@ Status Membership::join(const ClusterConfig& c, const std::string& tenant,
   {
     std::lock_guard<std::mutex> g(mu_);
     members_ = std::move(members);
-    high_water_ = members_.empty() ? 0 : members_.rbegin()->first;
+    for (auto& [id, m] : members_) note_seen(id);
   }
   next_beat_ns_ = now_ns() + heartbeat_ms_ * 1000000ull;
   // Pushes that arrived with the JoinOk (a node joining right after us) are
@@ -190,7 +190,7 @@ void Membership::rejoin_loop() {
       if (leaving_) return;
       j.claim_node = self_;
       j.claim_token = token_;
-      j.high_water = high_water_;
+      for (auto& [slot, id] : seen_) j.seen.push_back(id);
       j.locks.assign(held_locks_.begin(), held_locks_.end());
       j.names.assign(my_names_.begin(), my_names_.end());
       for (auto& [id, m] : members_) {
@@ -233,7 +233,7 @@ bool Membership::finish_rejoin(std::vector<Event>* events) {
     // the manager declares down those that do not come back in time.
     for (auto& [id, m] : fresh) {
       if (members_.count(id) == 0) events->push_back({Event::kUp, id});
-      high_water_ = std::max(high_water_, id);
+      note_seen(id);
       members_[id] = m;
     }
     manager_lost_ = false;
@@ -268,7 +268,7 @@ void Membership::handle_push(const std::string& payload, std::vector<Event>* eve
     if (get_member(r, &m)) {
       bool known = members_.count(m.node) != 0;
       members_[m.node] = m;
-      high_water_ = std::max(high_water_, m.node);
+      note_seen(m.node);
       if (!known) events->push_back({Event::kUp, m.node});
     }
   } else if (type == CtlType::kMemberDown) {

@@ -12,6 +12,7 @@
 // is untouched and calls that need the manager fail with kPeerDown.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -141,7 +142,11 @@ class Membership {
   bool manager_lost_ = false;
   bool leaving_ = false;
   bool expelled_ = false;
-  uint32_t high_water_ = 0;  // the highest node id seen
+  std::map<uint32_t, NodeId> seen_;  // per slot, the newest id seen
+  void note_seen(NodeId n) {
+    NodeId& s = seen_[node_slot(n)];
+    s = std::max(s, n);
+  }
   std::set<std::pair<std::string, uint64_t>> held_locks_;
   std::set<std::string> my_names_;
   // The rejoin thread's outcome, for finish_rejoin: a connection and its

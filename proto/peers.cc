@@ -22,13 +22,31 @@ void PeerTable::retire_locked(Slot& s) {
 void PeerTable::retire(NodeId p) {
   if (!valid(p)) return;
   std::lock_guard<std::mutex> g(retired_mu_);
-  retire_locked(slots_[p]);
+  Slot& s = at(p);
+  if (s.id.load(std::memory_order_relaxed) == p) retire_locked(s);
+}
+
+PeerTable::Claim PeerTable::claim(NodeId p) {
+  Slot& s = at(p);
+  std::lock_guard<std::mutex> g(retired_mu_);
+  NodeId holder = s.id.load(std::memory_order_relaxed);
+  if (holder == p) return Claim::kHeld;
+  if (holder > p) return Claim::kStale;
+  // The id first (seq_cst): a reader that then finds an endpoint checks the
+  // id after it (live()), so the older node's callers never get the newer
+  // node's endpoint.
+  s.id.store(p, std::memory_order_seq_cst);
+  retire_locked(s);
+  s.via.store(nullptr, std::memory_order_release);
+  s.why.store(nullptr, std::memory_order_release);
+  s.down.store(false, std::memory_order_release);
+  return Claim::kTaken;
 }
 
 transport::Endpoint* PeerTable::install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
                                         transport::Transport* via, const char* why) {
   transport::Endpoint* e = ep.get();
-  Slot& s = slots_[p];
+  Slot& s = at(p);
   std::lock_guard<std::mutex> g(retired_mu_);
   retire_locked(s);  // a dead connection's endpoint, if there was one
   s.owned = std::move(ep);
@@ -105,6 +123,9 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
     }
   }
   if (!ep) return ep.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
+  // The membership knows `p`, or `p` reached us (its hello named it): it
+  // holds its slot, unless a newer node does.
+  if (!claim_peer(p)) return Code::kPeerDown;
   out->set(peers_.install(p, std::move(ep.value()), via, why));
   return Status::ok();
 }

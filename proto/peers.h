@@ -38,27 +38,55 @@ class EndpointRef {
 
 class PeerTable {
  public:
-  explicit PeerTable(NodeId max_nodes) : max_(max_nodes), slots_(new Slot[max_nodes]) {}
+  /// `slots` entries, indexed by node_slot(id): the manager never gives a
+  /// slot to a new node while another member holds it, and a new node in a
+  /// slot has a higher id (a later generation) than every earlier one.
+  explicit PeerTable(NodeId slots) : max_(slots), slots_(new Slot[slots]) {}
 
-  bool valid(NodeId p) const { return p != 0 && p < max_; }
+  bool valid(NodeId p) const { return p % max_ != 0; }
+  /// Whether `p` holds its slot (else an older node does, or a newer one).
+  bool owns(NodeId p) const { return at(p).id.load(std::memory_order_acquire) == p; }
   /// The cached endpoint to `p` while its connection lives, else null. Call
   /// it inside a Quiescence section (EndpointRef) and use the endpoint there.
   transport::Endpoint* live(NodeId p) const {
+    const Slot& s = at(p);
     // seq_cst: ordered after the section's entry (see quiesce.h); a plain
-    // load on x86.
-    transport::Endpoint* e = slots_[p].ep.load(std::memory_order_seq_cst);
+    // load on x86. The id is read after the endpoint: an endpoint installed
+    // for a newer node in the slot is never taken for `p`.
+    transport::Endpoint* e = s.ep.load(std::memory_order_seq_cst);
+    if (s.id.load(std::memory_order_seq_cst) != p) return nullptr;
     return e != nullptr && e->alive() ? e : nullptr;
   }
   /// The transport of `p`'s endpoint (null before the first contact).
   transport::Transport* via(NodeId p) const {
-    return slots_[p].via.load(std::memory_order_acquire);
+    const Slot& s = at(p);
+    transport::Transport* t = s.via.load(std::memory_order_acquire);
+    return s.id.load(std::memory_order_acquire) == p ? t : nullptr;
   }
   /// Why that transport (lives as long as the engine's TransportSet).
-  const char* why(NodeId p) const { return slots_[p].why.load(std::memory_order_acquire); }
-  bool down(NodeId p) const { return slots_[p].down.load(std::memory_order_relaxed); }
-  void mark_down(NodeId p) {
-    if (valid(p)) slots_[p].down.store(true);
+  const char* why(NodeId p) const {
+    const Slot& s = at(p);
+    const char* w = s.why.load(std::memory_order_acquire);
+    return s.id.load(std::memory_order_acquire) == p ? w : nullptr;
   }
+  /// Down: declared down, or older than the node that holds its slot now.
+  bool down(NodeId p) const {
+    const Slot& s = at(p);
+    NodeId holder = s.id.load(std::memory_order_acquire);
+    if (holder != p) return holder > p;
+    return s.down.load(std::memory_order_relaxed);
+  }
+  /// `p` is down for good (claim() it first if it may not hold its slot).
+  void mark_down(NodeId p) {
+    Slot& s = at(p);
+    if (s.id.load(std::memory_order_acquire) == p) s.down.store(true);
+  }
+  enum class Claim { kHeld, kTaken, kStale };
+  /// Makes `p` the holder of its slot: kHeld if it was already, kTaken if
+  /// it replaced an older node (whose endpoint is retired; the caller
+  /// resets what else it keeps per slot), kStale if a newer node holds it.
+  /// Only for ids the membership knows or a transport identified.
+  Claim claim(NodeId p);
   /// Forgets `p`'s endpoint (its connection broke, or the node is down): the
   /// next use reconnects, and the old one is freed once nobody holds it.
   void retire(NodeId p);
@@ -77,6 +105,7 @@ class PeerTable {
 
  private:
   struct Slot {
+    std::atomic<NodeId> id{0};  // the node that holds the slot (0: none yet)
     std::atomic<transport::Endpoint*> ep{nullptr};
     std::atomic<transport::Transport*> via{nullptr};
     std::atomic<const char*> why{nullptr};
@@ -88,6 +117,8 @@ class PeerTable {
     Quiescence::Snapshot inside;  // the sections that may hold it
   };
   void retire_locked(Slot& s);
+  Slot& at(NodeId p) { return slots_[p % max_]; }
+  const Slot& at(NodeId p) const { return slots_[p % max_]; }
 
   const NodeId max_;
   std::unique_ptr<Slot[]> slots_;

@@ -3,7 +3,7 @@
 //
 //   ltier-manager [--listen HOST:PORT] [--secret S] [--heartbeat-ms N]
 //                 [--down-after-ms N] [--join-timeout-ms N] [--max-unjoined N]
-//                 [--recover-ms N] [--port-file F] [-v]
+//                 [--recover-ms N] [--max-nodes N] [--port-file F] [-v]
 //
 // The secret may also come from $LTIER_SECRET. Stops on SIGINT/SIGTERM.
 // When restarting a manager under a live cluster, give --recover-ms (a few
@@ -27,7 +27,7 @@ void on_signal(int) { g_stop.store(true); }
   fprintf(stderr,
           "usage: ltier-manager [--listen HOST:PORT] [--secret S] [--heartbeat-ms N]\n"
           "                     [--down-after-ms N] [--join-timeout-ms N] [--max-unjoined N]\n"
-          "                     [--recover-ms N] [--port-file FILE] [-v]\n");
+          "                     [--recover-ms N] [--max-nodes N] [--port-file FILE] [-v]\n");
   exit(2);
 }
 }  // namespace
@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
       o.max_unjoined = num();
     } else if (a == "--recover-ms") {
       o.recover_ms = num();
+    } else if (a == "--max-nodes") {
+      o.max_nodes = num();
+      if (o.max_nodes == 0 || o.max_nodes > 1023) usage();
     } else if (a == "--port-file") {
       port_file = val();
     } else if (a == "-v" || a == "--verbose") {

@@ -21,6 +21,13 @@ namespace lt::transport {
 
 using NodeId = uint32_t;
 inline constexpr NodeId kNoNode = 0;
+/// A node id is a slot and a generation: id = generation x kNodeSlots + slot,
+/// slot 1 to kNodeSlots - 1. At most one live node holds a slot, and a later
+/// node in a slot has a higher id, so per-node state is kept per slot, with
+/// the id that holds it (the membership layer hands the ids out).
+inline constexpr uint32_t kNodeSlots = 1024;
+inline constexpr uint32_t node_slot(NodeId id) { return id % kNodeSlots; }
+inline constexpr uint32_t node_gen(NodeId id) { return id / kNodeSlots; }
 
 struct Caps {  // read once per peer; values the device granted
   bool reliable = false;

@@ -31,8 +31,10 @@ using transport::NodeId;
 class Credits {
  public:
   /// `msg_credits` unconsumed messages per (sender, receiver) pair and
-  /// `rpc_slots` outstanding calls per (client, server), for node ids below
-  /// `max_nodes`.
+  /// `rpc_slots` outstanding calls per (client, server), for `max_nodes`
+  /// node slots (node_slot(id)). A slot's counts belong to the node that
+  /// holds it (rekey()); calls naming another node change nothing (take_*
+  /// refuse).
   Credits(uint32_t msg_credits, uint32_t rpc_slots, NodeId max_nodes)
       : msg_limit_(static_cast<int32_t>(msg_credits)),
         rpc_limit_(static_cast<int32_t>(rpc_slots)),
@@ -45,20 +47,23 @@ class Credits {
   /// One message credit towards `node`; false (nothing taken) when they are
   /// all in use. `node` is a valid id (checked by the caller).
   bool take_msg(NodeId node) {
-    std::atomic<int32_t>& f = peers_[node].msg_in_flight;
+    Peer* p = at(node);
+    if (p == nullptr) return false;
+    std::atomic<int32_t>& f = p->msg_in_flight;
     if (f.fetch_add(1, std::memory_order_seq_cst) < msg_limit_) return true;
     f.fetch_sub(1, std::memory_order_acq_rel);
     return false;
   }
   /// Gives back a credit take_msg() took for a message that did not go.
   void untake_msg(NodeId node) {
-    peers_[node].msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    if (Peer* p = at(node)) p->msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
   }
   /// Credits a receiver sent back. Never below zero: credits that arrive
   /// after a connection was lost and re-made must not mint extra ones.
   void apply_msg(NodeId from, uint32_t count) {
-    if (count == 0 || from == 0 || from >= max_nodes_) return;
-    std::atomic<int32_t>& f = peers_[from].msg_in_flight;
+    Peer* p = at(from);
+    if (count == 0 || p == nullptr) return;
+    std::atomic<int32_t>& f = p->msg_in_flight;
     int32_t v = f.load(std::memory_order_acquire);
     while (v > 0) {
       int32_t next = v > static_cast<int32_t>(count) ? v - static_cast<int32_t>(count) : 0;
@@ -74,21 +79,24 @@ class Credits {
   /// One call slot at server `node`: the number of calls that were already
   /// outstanding there, or -1 (nothing taken) when all are in use.
   int32_t take_rpc(NodeId node) {
-    std::atomic<int32_t>& c = peers_[node].rpc_in_flight;
+    Peer* p = at(node);
+    if (p == nullptr) return -1;
+    std::atomic<int32_t>& c = p->rpc_in_flight;
     int32_t used = c.fetch_add(1, std::memory_order_seq_cst);
     if (used < rpc_limit_) return used;
     c.fetch_sub(1, std::memory_order_acq_rel);
     return -1;
   }
   void untake_rpc(NodeId node) {
-    peers_[node].rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    if (Peer* p = at(node)) p->rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
   }
   /// A reply freed a slot at `n` (or a call failed that will get none).
   /// Never below zero: a reply that arrives (on a new connection) for a
   /// call already failed by a peer loss must not mint an extra credit.
   void return_rpc(NodeId n) {
-    if (n == 0 || n >= max_nodes_) return;
-    std::atomic<int32_t>& c = peers_[n].rpc_in_flight;
+    Peer* p = at(n);
+    if (p == nullptr) return;
+    std::atomic<int32_t>& c = p->rpc_in_flight;
     int32_t v = c.load(std::memory_order_acquire);
     while (v > 0) {
       if (c.compare_exchange_weak(v, v - 1, std::memory_order_seq_cst)) {  // see apply_msg
@@ -106,8 +114,9 @@ class Credits {
   /// withholds the credit it waits for), or it came from this node
   /// (`to_self`: back at once). Callers serialize.
   bool count_consumed(NodeId from, bool to_self) {
-    if (from == 0 || from >= max_nodes_) return false;
-    Peer& p = peers_[from];
+    Peer* pp = at(from);
+    if (pp == nullptr) return false;
+    Peer& p = *pp;
     uint32_t c = p.consumed.load(std::memory_order_relaxed) + 1;
     p.consumed.store(c, std::memory_order_release);
     if (to_self) return true;
@@ -117,8 +126,9 @@ class Credits {
   /// first: most messages owe none, and the compare-exchange is a locked
   /// instruction).
   uint32_t take_owed(NodeId peer) {
-    if (peer == 0 || peer >= max_nodes_) return 0;
-    Peer& p = peers_[peer];
+    Peer* pp = at(peer);
+    if (pp == nullptr) return 0;
+    Peer& p = *pp;
     uint32_t c = p.consumed.load(std::memory_order_acquire);
     uint32_t r = p.credited.load(std::memory_order_relaxed);
     while (static_cast<int32_t>(c - r) > 0) {
@@ -128,7 +138,8 @@ class Credits {
   }
   /// Owed credits taken for a message that did not go: owed again.
   void give_back_owed(NodeId peer, uint32_t n) {
-    if (n != 0) peers_[peer].credited.fetch_sub(n, std::memory_order_acq_rel);
+    Peer* p = at(peer);
+    if (n != 0 && p != nullptr) p->credited.fetch_sub(n, std::memory_order_acq_rel);
   }
 
   /// A lost connection loses the messages, calls and credits it carried;
@@ -139,11 +150,25 @@ class Credits {
   /// then have up to twice its credits unconsumed here, once. Callers
   /// serialize as for count_consumed().
   void reset(NodeId peer) {
-    if (peer == 0 || peer >= max_nodes_) return;
-    Peer& p = peers_[peer];
+    Peer* pp = at(peer);
+    if (pp == nullptr) return;
+    Peer& p = *pp;
     p.msg_in_flight.store(0, std::memory_order_seq_cst);
     p.rpc_in_flight.store(0, std::memory_order_seq_cst);
     p.credited.store(p.consumed.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+  }
+
+  /// `node` takes its slot over from an older node: everything starts from
+  /// zero. Callers serialize as for count_consumed().
+  void rekey(NodeId node) {
+    if (node % max_nodes_ == 0) return;
+    Peer& p = peers_[node % max_nodes_];
+    p.id.store(0, std::memory_order_seq_cst);  // nobody's while it is cleared
+    p.msg_in_flight.store(0, std::memory_order_seq_cst);
+    p.rpc_in_flight.store(0, std::memory_order_seq_cst);
+    p.consumed.store(0, std::memory_order_relaxed);
+    p.credited.store(0, std::memory_order_seq_cst);
+    p.id.store(node, std::memory_order_seq_cst);
   }
 
   // ---- waiting for credits
@@ -188,6 +213,7 @@ class Credits {
 
  private:
   struct Peer {
+    std::atomic<NodeId> id{0};              // the node whose counts these are
     std::atomic<int32_t> rpc_in_flight{0};  // RPC credits used at this server
     std::atomic<int32_t> msg_in_flight{0};  // message credits used at this receiver
     // Its messages consumed here (one writer: see the thread contract) and
@@ -196,6 +222,10 @@ class Credits {
     std::atomic<uint32_t> consumed{0};
     std::atomic<uint32_t> credited{0};
   };
+  Peer* at(NodeId node) {
+    Peer& p = peers_[node % max_nodes_];
+    return node % max_nodes_ != 0 && p.id.load(std::memory_order_relaxed) == node ? &p : nullptr;
+  }
   /// One count went down (its compare-exchange was seq_cst): watchers see
   /// the epoch move; without watchers nothing is bumped (a locked
   /// instruction per message otherwise).

@@ -27,6 +27,12 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
     if (s.is_ok()) *out_len = n;
     return finish_now(*r, id, s);
   }
+  if (!peers_.owns(node)) {
+    // First call to a node new in its slot: reaching it claims the slot
+    // (and its credits).
+    EndpointRef ep;
+    LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
+  }
   int32_t used = credits_.take_rpc(node);
   if (used < 0) return Code::kNoResource;
   ReqId id = 0;

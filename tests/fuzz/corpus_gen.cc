@@ -223,7 +223,7 @@ void manager_seeds() {
     j.host_id = "host";
     j.tenant = "tenant";
     j.claim_node = claim;
-    j.high_water = claim;
+    if (claim != 0) j.seen = {claim};
     if (claim != 0) {
       j.locks = {{"l", 7}};
       j.names = {"x"};

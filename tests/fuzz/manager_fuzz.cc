@@ -42,8 +42,8 @@ using fuzz::Input;
 
 constexpr uint64_t kWaitMs = 10000;  // a guard against hangs, not a timing
 constexpr uint64_t kSyncReq = 0x5e5e000000000000ull;
-// Node ids are never reused, so a manager refuses joins after kMaxNodeId of
-// them: start a fresh one well before that.
+// A fresh manager every so many joins, so that one long run does not drift
+// into states (high slot generations) that a replay of one input never sees.
 constexpr int kJoinsPerManager = 900;
 
 class Server {

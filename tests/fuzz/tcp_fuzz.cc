@@ -105,10 +105,11 @@ struct World {
   // one it accepts a new connection within 16 polls instead of waiting for
   // its idle-listener look.
   net::Fd keeper;
-  // Hello counters: the last one used, and the last the transport accepted
-  // per node (what the reference expects it to remember across inputs).
+  // Hello counters: the last one used, and per node slot the node and the
+  // last counter the transport accepted (what the reference expects it to
+  // remember across inputs).
   uint64_t counter = 0;
-  std::map<NodeId, uint64_t> seen;
+  std::map<uint32_t, std::pair<NodeId, uint64_t>> seen;
 
   World() {
     fuzz::quiet_log();
@@ -138,7 +139,7 @@ struct World {
     put_header(&hello, static_cast<uint8_t>(wire::FrameKind::kHello), sizeof(HelloBody));
     HelloBody kh = make_hello(kKeeper, kSelf, kToken, ++counter, Mac{});
     hello.append(reinterpret_cast<const char*>(&kh), sizeof(kh));
-    seen[kKeeper] = counter;
+    seen[node_slot(kKeeper)] = {kKeeper, counter};
     put_header(&hello, static_cast<uint8_t>(wire::FrameKind::kData), 0);
     FUZZ_CHECK(net::write_all(keeper.get(), hello.data(), hello.size(), d).is_ok(), "keeper");
     // Until its empty message arrives: then it is accepted and identified.
@@ -345,13 +346,15 @@ Outcome reference(World& w, const std::string& s) {
       // The first frame is a hello's length here (checked with the header).
       HelloBody h;
       std::memcpy(&h, s.data() + at + 16, sizeof(h));
-      uint64_t& last = w.seen[h.node];
+      auto& [seen_node, seen_counter] = w.seen[node_slot(h.node)];
       if (h.cluster_token != kToken || h.to != kSelf || h.node == kNoNode || h.node == kSelf ||
-          !hello_mac_ok(h, Mac{}) || h.counter <= last) {
+          !hello_mac_ok(h, Mac{}) || h.node < seen_node ||
+          (h.node == seen_node && h.counter <= seen_counter)) {
         ++o.malformed;
         break;
       }
-      last = h.counter;
+      seen_node = h.node;
+      seen_counter = h.counter;
       peer = h.node;
     } else if (kind == 2 || kind == 3) {
       o.msgs.push_back(Msg{peer, imm, s.substr(at + 16, len)});

@@ -129,7 +129,9 @@ int Proc::wait_exit(int timeout_ms) {
 
 std::string Cluster::bin(const char* name) { return std::string(LTIER_BIN_DIR) + "/" + name; }
 
-Cluster::Cluster(ClusterOptions o) : o_(std::move(o)) { start_manager(o_.manager_listen, {}); }
+Cluster::Cluster(ClusterOptions o) : o_(std::move(o)) {
+  start_manager(o_.manager_listen, o_.manager_args);
+}
 
 bool Cluster::start_manager(const std::string& listen, const std::vector<std::string>& extra) {
   char tmpl[] = "/tmp/ltier-itest-XXXXXX";

@@ -44,6 +44,7 @@ struct ClusterOptions {
   uint32_t down_after_ms = 1000;
   std::string manager_listen = "127.0.0.1:0";
   std::vector<std::string> manager_prefix;  // e.g. {"ip","netns","exec","ns0"}
+  std::vector<std::string> manager_args;    // more ltier-manager options
 };
 
 class Cluster {

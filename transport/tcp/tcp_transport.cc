@@ -245,13 +245,13 @@ bool TcpTransport::handle_hello(Conn* c, std::span<const std::byte> body) {
       !hello_mac_ok(h, hello_key_)) {
     return false;
   }
-  uint64_t& last = hello_seen_[h.node];
-  if (h.counter <= last) {
-    LT_WARN("tcp: refused a replayed hello from node %u (counter %llu, last %llu)", h.node,
-            static_cast<unsigned long long>(h.counter), static_cast<unsigned long long>(last));
+  HelloSeen& seen = hello_seen_[node_slot(h.node)];
+  if (h.node < seen.node || (h.node == seen.node && h.counter <= seen.counter)) {
+    LT_WARN("tcp: refused a replayed or stale hello from node %u (counter %llu)", h.node,
+            static_cast<unsigned long long>(h.counter));
     return false;
   }
-  last = h.counter;
+  seen = {h.node, h.counter};
   c->peer_.store(h.node);
   c->hello_done_ = true;
   conns_.identify(c, h.node);

@@ -128,9 +128,15 @@ class TcpTransport final : public Transport {
   net::Fd epfd_;
   std::atomic<NodeId> self_{kNoNode};
   std::atomic<uint64_t> token_{0};
-  Mac hello_key_{};                                  // written before token_, read after it
-  std::atomic<uint64_t> hello_counter_{0};           // the last counter sent
-  std::unordered_map<NodeId, uint64_t> hello_seen_;  // poller only: last counter accepted per node
+  Mac hello_key_{};                         // written before token_, read after it
+  std::atomic<uint64_t> hello_counter_{0};  // the last counter sent
+  // Poller only: per node slot, the node and the last hello counter accepted
+  // from it. A hello from an older node of the slot is refused (it is gone).
+  struct HelloSeen {
+    NodeId node = kNoNode;
+    uint64_t counter = 0;
+  };
+  std::vector<HelloSeen> hello_seen_ = std::vector<HelloSeen>(kNodeSlots);
   std::atomic<uint64_t> malformed_{0};
 
   ConnTable<Conn> conns_;

@@ -94,7 +94,7 @@ typedef struct lt_node_info {
 } lt_node_info_t;
 /* -LT_ERR_NOT_FOUND when `node` is not a live node. */
 int LT_node_info(lt_engine_t* e, lt_node_t node, lt_node_info_t* out);
-/* The node called `name` (the newest, if several have it), or the node that
+/* The node called `name` (the highest id, if several live ones have it), or the node that
  * joined with rank `rank`. A node that has not joined yet is waited for up to
  * timeout_us (0: look once; negative: engine.op_timeout_ms), then
  * -LT_ERR_NOT_FOUND. */

@@ -22,6 +22,9 @@ struct ManagerOptions {
   // while the nodes that outlived the old manager reconnect and claim their
   // ids, locks and names back. 0 admits at once (a first start).
   uint32_t recover_ms = 0;
+  // Members at once (1 to 1023). A departed member's slot is reused under a
+  // new id, so joins over the cluster's life are not limited.
+  uint32_t max_nodes = 1023;
   bool verbose = false;
 };
 

@@ -9,8 +9,15 @@ namespace {
 
 constexpr NodeId kMax = 16;
 
+// Credits whose slots 1..kMax-1 are held by the nodes of the same ids.
+struct Held : Credits {
+  Held(uint32_t msg, uint32_t rpc) : Credits(msg, rpc, kMax) {
+    for (NodeId n = 1; n < kMax; ++n) rekey(n);
+  }
+};
+
 TEST(Credits, MessageCreditsRunOutAndComeBack) {
-  Credits c(4, 2, kMax);
+  Held c(4, 2);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(c.take_msg(3)) << i;
   EXPECT_FALSE(c.take_msg(3)) << "the fifth message has no credit";
   EXPECT_TRUE(c.take_msg(4)) << "credits are per destination";
@@ -23,7 +30,7 @@ TEST(Credits, MessageCreditsRunOutAndComeBack) {
 }
 
 TEST(Credits, ReturnedCreditsNeverGoBelowZero) {
-  Credits c(4, 2, kMax);
+  Held c(4, 2);
   ASSERT_TRUE(c.take_msg(3));
   c.apply_msg(3, 100);  // late credits after a reconnect: no extra ones minted
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(c.take_msg(3)) << i;
@@ -36,20 +43,33 @@ TEST(Credits, ReturnedCreditsNeverGoBelowZero) {
   EXPECT_EQ(c.take_rpc(5), -1) << "two ring slots";
 }
 
-TEST(Credits, OutOfRangeNodesAreIgnored) {
-  Credits c(4, 2, kMax);
-  // From a volatile: GCC would otherwise warn about the guarded accesses.
-  volatile NodeId out = kMax;
+// A node that does not hold its slot (slot 0, an older or newer node of the
+// same slot) changes nothing, and its takes are refused.
+TEST(Credits, NodesThatDoNotHoldTheirSlotAreIgnored) {
+  Held c(4, 2);
+  const NodeId newer = kMax + 3;  // slot 3's next generation
   c.apply_msg(0, 1);
-  c.apply_msg(out, 1);
-  c.return_rpc(out + 3);
-  EXPECT_FALSE(c.count_consumed(out, false));
+  c.apply_msg(newer, 1);
+  c.return_rpc(newer);
+  EXPECT_FALSE(c.count_consumed(newer, false));
   EXPECT_EQ(c.take_owed(0), 0u);
-  c.reset(out);
+  EXPECT_FALSE(c.take_msg(newer));
+  EXPECT_EQ(c.take_rpc(newer), -1);
+  c.reset(newer);
+  ASSERT_TRUE(c.take_msg(3));  // node 3's count is untouched by all that
+  ASSERT_TRUE(c.count_consumed(3, true));
+  // The newer node takes the slot over: it starts from zero, and node 3's
+  // late calls change nothing.
+  c.rekey(newer);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(c.take_msg(newer)) << i;
+  EXPECT_FALSE(c.take_msg(newer));
+  c.apply_msg(3, 4);
+  EXPECT_FALSE(c.take_msg(newer));
+  EXPECT_FALSE(c.take_msg(3));
 }
 
 TEST(Credits, ConsumedMessagesAreOwedInBatchesOfAQuarter) {
-  Credits c(8, 2, kMax);  // batch of 2
+  Held c(8, 2);  // batch of 2
   EXPECT_FALSE(c.count_consumed(3, false));
   EXPECT_TRUE(c.count_consumed(3, false)) << "a quarter of the credits is owed";
   EXPECT_EQ(c.take_owed(3), 2u);
@@ -59,7 +79,7 @@ TEST(Credits, ConsumedMessagesAreOwedInBatchesOfAQuarter) {
 }
 
 TEST(Credits, OwedCreditsTakenForAFailedSendAreOwedAgain) {
-  Credits c(4, 2, kMax);
+  Held c(4, 2);
   c.count_consumed(3, false);
   uint32_t n = c.take_owed(3);
   ASSERT_EQ(n, 1u);
@@ -68,7 +88,7 @@ TEST(Credits, OwedCreditsTakenForAFailedSendAreOwedAgain) {
 }
 
 TEST(Credits, ResetAfterALostConnectionStartsAfresh) {
-  Credits c(2, 1, kMax);
+  Held c(2, 1);
   ASSERT_TRUE(c.take_msg(3));
   ASSERT_TRUE(c.take_msg(3));
   ASSERT_EQ(c.take_rpc(3), 0);
@@ -80,7 +100,7 @@ TEST(Credits, ResetAfterALostConnectionStartsAfresh) {
 }
 
 TEST(Credits, GuardGivesBackUnlessSent) {
-  Credits c(1, 1, kMax);
+  Held c(1, 1);
   c.count_consumed(3, true);  // one credit owed to node 3
   {
     ASSERT_TRUE(c.take_msg(3));
@@ -100,7 +120,7 @@ TEST(Credits, GuardGivesBackUnlessSent) {
 }
 
 TEST(Credits, EpochMovesOnlyWhileWatchedAndWakesASleeper) {
-  Credits c(1, 1, kMax);
+  Held c(1, 1);
   ASSERT_TRUE(c.take_msg(3));
   uint32_t e0 = c.epoch();
   c.apply_msg(3, 1);

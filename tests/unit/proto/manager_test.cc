@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "common/config.h"
@@ -112,10 +113,10 @@ class ManagerTest : public ::testing::Test {
   // The id (and *token) a join on `fd` was admitted with; 0 if refused.
   uint32_t joined_as(int fd, uint64_t* token = nullptr) {
     uint64_t t = 0;
-    Code c = Code::kOk;
-    if (next_type(fd, &t, &c) != CtlType::kJoinOk) return 0;
+    uint32_t id = 0;
+    if (next_type(fd, &t, nullptr, &id) != CtlType::kJoinOk) return 0;
     if (token) *token = t;
-    return static_cast<uint32_t>(c);
+    return id;
   }
   // The code of the kJoinRefused that answers a join on `fd`.
   Code refusal(int fd) {
@@ -125,11 +126,11 @@ class ManagerTest : public ::testing::Test {
   }
   // A claim back of `node` in cluster `token`, as a survivor of a manager
   // restart sends it.
-  static JoinRequest claim(uint32_t node, uint64_t token, uint32_t high_water) {
+  static JoinRequest claim(uint32_t node, uint64_t token, std::vector<uint32_t> seen) {
     JoinRequest j = fresh("survivor");
     j.claim_node = node;
     j.claim_token = token;
-    j.high_water = high_water;
+    j.seen = std::move(seen);
     return j;
   }
   // A request (req, name[, count]); kBarrier carries the count.
@@ -143,7 +144,8 @@ class ManagerTest : public ::testing::Test {
     ASSERT_TRUE(net::write_all(fd, f.data(), f.size(), Deadline::after_ms(2000)).is_ok());
   }
   // Next frame's type; a kNameReply's (req, code) into *req/*code.
-  CtlType next_type(int fd, uint64_t* req = nullptr, Code* code = nullptr) {
+  CtlType next_type(int fd, uint64_t* req = nullptr, Code* code = nullptr,
+                    uint32_t* node = nullptr) {
     std::string p;
     if (!next_frame(fd, &p)) return CtlType{0};
     wire::Reader r(
@@ -156,10 +158,10 @@ class ManagerTest : public ::testing::Test {
       if (code) *code = c;
     } else if (t == CtlType::kJoinOk) {
       r.bytes(kMacBytes);
-      uint32_t node = r.u32();
+      uint32_t id = r.u32();
       uint64_t token = r.u64();
       if (req) *req = token;
-      if (code) *code = static_cast<Code>(node);  // the node id, for joined_as()
+      if (node) *node = id;
     } else if (t == CtlType::kJoinRefused) {
       if (code) *code = static_cast<Code>(r.u8());
     }
@@ -247,21 +249,23 @@ TEST_F(ManagerTest, ReplayedJoinAndWrongSecretAreRefused) {
 
 // A restarted manager learns the cluster from its survivors: the first claim
 // fixes the token, claimed ids come back with their names and locks, and a
-// fresh id is above every id a survivor has seen. A claimed id is never
-// admitted twice, and a claim from another cluster is refused.
+// fresh id is newer than every id a survivor has seen in its slot. A claimed
+// id is never admitted twice, and a claim from another cluster is refused.
 TEST_F(ManagerTest, SurvivorsClaimTheirPlaceBackAfterARestart) {
   const uint64_t token = 0xfeedf00dull;
-  JoinRequest j = claim(5, token, 9);
+  const uint32_t dead = kNodeSlots + 1;  // slot 1, generation 1: died before the restart
+  JoinRequest j = claim(5, token, {5, dead});
   j.names = {"table"};
   j.locks = {{"L", 77}};
   net::Fd s5 = send_join(j);
   uint64_t got = 0;
   EXPECT_EQ(joined_as(s5.get(), &got), 5u);
   EXPECT_EQ(got, token);
-  net::Fd s3 = send_join(claim(3, token, 7));
+  net::Fd s3 = send_join(claim(3, token, {3}));
   EXPECT_EQ(joined_as(s3.get()), 3u);
   net::Fd fresh_node = send_join(fresh("new"));
-  EXPECT_EQ(joined_as(fresh_node.get(), &got), 10u);  // above node 5's high water
+  // Slot 1 is free the longest; its next generation is above the dead node's.
+  EXPECT_EQ(joined_as(fresh_node.get(), &got), 2 * kNodeSlots + 1);
   EXPECT_EQ(got, token);
   // The name and the lock came back with node 5.
   send(s3.get(), CtlType::kNameLookup, 1, "table", 0);
@@ -288,9 +292,11 @@ TEST_F(ManagerTest, SurvivorsClaimTheirPlaceBackAfterARestart) {
   expect_reply(s3.get(), 2, Code::kOk);
   // Node 5 again, another cluster's node: refused, and told why (kClosed:
   // the claimant's membership is over).
-  net::Fd twice = send_join(claim(5, token, 9));
+  net::Fd twice = send_join(claim(5, token, {5}));
   EXPECT_EQ(refusal(twice.get()), Code::kClosed);
-  net::Fd other = send_join(claim(7, token + 1, 9));
+  net::Fd older = send_join(claim(1, token, {1}));  // superseded by the dead node's id
+  EXPECT_EQ(refusal(older.get()), Code::kClosed);
+  net::Fd other = send_join(claim(7, token + 1, {7}));
   EXPECT_EQ(refusal(other.get()), Code::kClosed);
 }
 
@@ -313,8 +319,8 @@ class ManagerJoinTimeoutTest : public ManagerTest {
   }
 };
 
-// With a recovery time, a fresh join waits for the survivors' claims, so its
-// id is above theirs even when it arrives first.
+// With a recovery time, a fresh join waits for the survivors' claims, so it
+// cannot take a survivor's slot even when it arrives first.
 class ManagerRecoverTest : public ManagerTest {
  protected:
   void options(ManagerOptions* o) override { o->recover_ms = 1500; }
@@ -322,9 +328,39 @@ class ManagerRecoverTest : public ManagerTest {
 
 TEST_F(ManagerRecoverTest, FreshJoinWaitsForTheSurvivorsClaims) {
   net::Fd early = send_join(fresh("early"));
-  net::Fd s = send_join(claim(40, 0xabcull, 41));
-  EXPECT_EQ(joined_as(s.get()), 40u);
-  EXPECT_EQ(joined_as(early.get()), 42u);
+  net::Fd s = send_join(claim(1, 0xabcull, {1}));
+  EXPECT_EQ(joined_as(s.get()), 1u);
+  EXPECT_EQ(joined_as(early.get()), 2u);  // slot 1 would have been its own
+}
+
+// Slots are reused once their member is gone, each time under a new id: a
+// cluster admits any number of joins over its life, at most max_nodes at once.
+class ManagerSlotsTest : public ManagerTest {
+ protected:
+  void options(ManagerOptions* o) override { o->max_nodes = 2; }
+};
+
+TEST_F(ManagerSlotsTest, SlotsAreReusedUnderNewIds) {
+  net::Fd a = send_join(fresh("a"));
+  ASSERT_EQ(joined_as(a.get()), 1u);
+  net::Fd b = send_join(fresh("b"));
+  ASSERT_EQ(joined_as(b.get()), 2u);
+  net::Fd full = send_join(fresh("c"));
+  EXPECT_EQ(refusal(full.get()), Code::kNoResource);
+  std::set<uint32_t> ids = {1, 2};
+  for (int i = 0; i < 100; ++i) {
+    a.reset();  // a's slot frees; b hears of it once the manager has seen it
+    CtlType t;
+    while ((t = next_type(b.get())) == CtlType::kMemberUp) {
+    }
+    ASSERT_EQ(t, CtlType::kMemberDown) << i;
+    a = send_join(fresh("a"));
+    uint32_t id = joined_as(a.get());
+    ASSERT_NE(id, 0u) << i;
+    EXPECT_TRUE(ids.insert(id).second) << "id " << id << " given twice";
+    EXPECT_TRUE(node_slot(id) == 1 || node_slot(id) == 2) << id;
+  }
+  EXPECT_EQ(ids.size(), 102u);
 }
 
 TEST_F(ManagerCapTest, FloodOfIdleConnectionsStillAdmitsAJoin) {
