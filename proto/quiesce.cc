@@ -38,63 +38,56 @@ Registry& registry() {
 // Whether membarrier(PRIVATE_EXPEDITED) is there (registered on first use).
 // Under ThreadSanitizer the readers pay instead: it does not model the
 // kernel's barrier.
-bool asymmetric() {
-  static const bool ok = [] {
-    if (kSanitizingThreads) return false;
-    long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
-    return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-  }();
-  return ok;
+bool detect_asymmetric() {
+  if (kSanitizingThreads) return false;
+  long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+  return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
-struct Local {
+// Gives the slot back when its thread exits.
+struct SlotReturn {
   Quiescence::Slot* slot = nullptr;
-  uint32_t depth = 0;
-  ~Local() {
+  ~SlotReturn() {
     if (slot == nullptr) return;
     std::lock_guard<std::mutex> g(registry().mu);
     slot->in_use = false;
   }
 };
-thread_local Local t_local;
+thread_local SlotReturn t_return;
 
-Quiescence::Slot* take_slot() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> g(r.mu);
-  for (auto& s : r.slots) {
-    if (!s.in_use) {
-      s.in_use = true;
-      return &s;
-    }
-  }
-  r.slots.emplace_back().in_use = true;
-  return &r.slots.back();
-}
+std::once_flag g_detect;
 
 }  // namespace
 
-void Quiescence::enter() {
-  Local& l = t_local;
-  if (l.depth++ != 0) return;
-  if (l.slot == nullptr) l.slot = take_slot();
-  const uint64_t v = l.slot->seq.load(std::memory_order_relaxed) + 1;
-  if (asymmetric()) {
-    l.slot->seq.store(v, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // the kernel's barrier does the rest
-  } else {
-    l.slot->seq.store(v, std::memory_order_seq_cst);
-  }
-}
+constinit thread_local Quiescence::ThreadState Quiescence::t_state{nullptr, 0};
+bool Quiescence::asymmetric_ = false;
 
-void Quiescence::leave() {
-  Local& l = t_local;
-  if (--l.depth != 0) return;
-  l.slot->seq.store(l.slot->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+Quiescence::Slot* Quiescence::attach() {
+  // Every thread passes here before its first section (and the reclaimer
+  // before its snapshot), so the once-only detection happens-before any
+  // read of asymmetric_.
+  std::call_once(g_detect, [] { asymmetric_ = detect_asymmetric(); });
+  Registry& r = registry();
+  Slot* s = nullptr;
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    for (auto& x : r.slots) {
+      if (!x.in_use) {
+        s = &x;
+        break;
+      }
+    }
+    if (s == nullptr) s = &r.slots.emplace_back();
+    s->in_use = true;
+  }
+  t_return.slot = s;
+  return s;
 }
 
 Quiescence::Snapshot Quiescence::snapshot() {
-  if (asymmetric()) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  std::call_once(g_detect, [] { asymmetric_ = detect_asymmetric(); });
+  if (asymmetric_) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
   Snapshot out;
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);

@@ -49,8 +49,34 @@ class Quiescence {
   static bool passed(const Snapshot& s);
 
  private:
-  static void enter();
-  static void leave();
+  // The calling thread's slot and nesting depth: plain thread-locals with
+  // constant initialization, so the hot path reaches them without a call.
+  struct ThreadState {
+    Slot* slot;
+    uint32_t depth;
+  };
+  static constinit thread_local ThreadState t_state;
+  static bool asymmetric_;  // set before any thread's first section (attach)
+  static Slot* attach();    // first section of a thread: its slot, and the exit hook
+
+  static void enter() {
+    ThreadState& t = t_state;
+    if (t.depth++ != 0) return;
+    if (t.slot == nullptr) [[unlikely]]
+      t.slot = attach();
+    const uint64_t v = t.slot->seq.load(std::memory_order_relaxed) + 1;
+    if (asymmetric_) {
+      t.slot->seq.store(v, std::memory_order_relaxed);
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // the kernel's barrier does the rest
+    } else {
+      t.slot->seq.store(v, std::memory_order_seq_cst);
+    }
+  }
+  static void leave() {
+    ThreadState& t = t_state;
+    if (--t.depth != 0) return;
+    t.slot->seq.store(t.slot->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
 };
 
 }  // namespace lt::proto
