@@ -16,6 +16,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"transports", "LTIER_TRANSPORTS",
        "allowed transports, comma-separated: shm (peers on this host), tcp (all others)",
        K::kString, &c.transports},
+      {"cluster.backend", "LTIER_CLUSTER_BACKEND",
+       "how nodes find each other: manager (ltier-manager at cluster.manager) or pmix (the "
+       "processes of an mpirun/srun job)",
+       K::kString, &c.cluster.backend},
       {"cluster.manager", "LTIER_MANAGER", "host:port of ltier-manager", K::kString,
        &c.cluster.manager},
       {"cluster.secret", "LTIER_SECRET", "cluster secret; the manager refuses other values",

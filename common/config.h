@@ -14,6 +14,7 @@
 namespace lt {
 
 struct ClusterConfig {
+  std::string backend = "manager";         // manager | pmix (proto::make_membership)
   std::string manager = "127.0.0.1:7700";  // host:port of ltier-manager
   std::string secret = "ltier-dev-secret";
   std::string node_name;            // default: hostname.pid

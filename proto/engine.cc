@@ -16,6 +16,7 @@ namespace lt::proto {
 Engine::Engine(const Config& config)
     : config_(config),
       sched_(config.qos),
+      membership_(make_membership(config.cluster)),
       lmrs_(1u << 16),
       client_(config),
       peers_(kMaxNodes),
@@ -40,7 +41,7 @@ std::string Engine::local_address(std::string_view transport) const {
 
 Result<Member> Engine::node_info(NodeId node) const {
   LT_RETURN_IF_ERROR(usable());
-  for (Member& m : membership_.members()) {
+  for (Member& m : membership_->members()) {
     if (m.node == node) return std::move(m);
   }
   return Code::kNotFound;
@@ -65,13 +66,13 @@ Result<NodeId> find_member(const Membership& members, Deadline d, Match&& match)
 
 Result<NodeId> Engine::node_by_name(const std::string& name, Deadline d) const {
   LT_RETURN_IF_ERROR(usable());
-  return find_member(membership_, d, [&](const Member& m) { return m.name == name; });
+  return find_member(*membership_, d, [&](const Member& m) { return m.name == name; });
 }
 
 Result<NodeId> Engine::node_by_rank(uint32_t rank, Deadline d) const {
   LT_RETURN_IF_ERROR(usable());
   if (rank == kNoRank) return Code::kInvalidArg;
-  return find_member(membership_, d, [&](const Member& m) { return m.rank == rank; });
+  return find_member(*membership_, d, [&](const Member& m) { return m.rank == rank; });
 }
 
 Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) {
@@ -94,6 +95,7 @@ Status Engine::join() {
              config_.engine.msg_credits, config_.engine.rpc_ring_slots);
     return Code::kInvalidArg;
   }
+  if (!membership_) return Code::kInvalidArg;  // cluster.backend (logged by make_membership)
   uint32_t rank = kNoRank;
   if (const std::string& r = config_.cluster.rank; !r.empty()) {
     char* end = nullptr;
@@ -110,15 +112,16 @@ Status Engine::join() {
   const std::string addresses = transport::format_addresses(transports_.addresses());
   Deadline d = Deadline::after_ms(config_.cluster.join_timeout_ms);
   LT_DEBUG("join: transports up at %s", addresses.c_str());
-  LT_RETURN_IF_ERROR(membership_.join(config_.cluster, config_.qos.tenant, addresses, rank, d));
-  LT_DEBUG("join: admitted as node %u", membership_.self());
-  for (const Member& m : membership_.members()) claim_peer(m.node);  // self included
-  const Mac key = hello_key(config_.cluster.secret, membership_.cluster_token());
+  LT_RETURN_IF_ERROR(
+      membership_->join(JoinInfo{config_.cluster, config_.qos.tenant, addresses, rank}, d));
+  LT_DEBUG("join: admitted as node %u", membership_->self());
+  for (const Member& m : membership_->members()) claim_peer(m.node);  // self included
+  const Mac key = hello_key(config_.cluster.secret, membership_->cluster_token());
   for (auto& t : transports_.all()) {
-    t->set_identity(membership_.self(), membership_.cluster_token(), key);
+    t->set_identity(membership_->self(), membership_->cluster_token(), key);
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  membership_.set_waker([fd = wake_fd_] {
+  membership_->set_waker([fd = wake_fd_] {
     uint64_t one = 1;
     ssize_t w = write(fd, &one, sizeof(one));
     (void)w;
@@ -132,13 +135,13 @@ Status Engine::join() {
                          run_rpc(job.src, job.caller_req, *job.fn, job.in, out);
                        });
   }
-  LT_INFO("joined as node %u, %s", membership_.self(), addresses.c_str());
+  LT_INFO("joined as node %u, %s", membership_->self(), addresses.c_str());
   return Status::ok();
 }
 
 void Engine::leave() {
   if (!joined_.exchange(false)) return;
-  membership_.leave();
+  membership_->leave();
   rpc_workers_.stop();
   running_.store(false);
   uint64_t one = 1;
@@ -156,7 +159,7 @@ void Engine::leave() {
 
 bool Engine::on_manager_readable(std::vector<Membership::Event>* events) {
   events->clear();
-  Status s = membership_.on_readable(events);
+  Status s = membership_->on_readable(events);
   apply_events(*events);
   return s.is_ok();
 }

@@ -75,14 +75,16 @@ class Engine {
   /// Leaves the cluster; ops still in flight fail with kClosed.
   void leave();
 
-  NodeId self() const { return membership_.self(); }
+  NodeId self() const { return membership_ ? membership_->self() : 0; }
   /// kNotJoined before join; kClosed once ltier-manager declared this node
   /// down while it was alive (a stall past the down time: expel()).
   Status usable() const {
     if (expelled_.load(std::memory_order_relaxed)) return Code::kClosed;
     return joined_.load() ? Status::ok() : Status(Code::kNotJoined);
   }
-  std::vector<Member> members() const { return membership_.members(); }
+  std::vector<Member> members() const {
+    return membership_ ? membership_->members() : std::vector<Member>{};
+  }
   Deadline default_deadline() const { return Deadline::lazy_ms(config_.engine.op_timeout_ms); }
   const Config& config() const { return config_; }
   /// The address book's record of `node` (this node's included): kNotFound.
@@ -393,7 +395,7 @@ class Engine {
 
   Config config_;
   qos::Scheduler sched_;
-  Membership membership_;
+  std::unique_ptr<Membership> membership_;  // ltier-manager's today (make_membership)
   MemberEvents events_;
   TransportSet transports_;  // set at join, then read-only
   uint32_t max_payload_ = 0;

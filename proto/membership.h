@@ -1,32 +1,26 @@
-// A node's side of the control protocol: joins through ltier-manager (an
-// authenticated handshake, control.h), keeps the address book, sends
-// heartbeats, turns manager pushes into membership events, and asks the
-// manager's name directory. The socket is read only by the progress thread
-// (on_readable); name requests may come from any thread and wait for the
-// progress thread to deliver their reply.
+// How an engine learns who is in the cluster: the membership service it
+// joins through. It hands out this node's id and the cluster token, keeps
+// the address book, reports members coming and going, and serves the name
+// directory, named locks and barriers. ltier-manager's protocol
+// (ManagerMembership) is the one built in; a launcher's or a store's (PMIx,
+// etcd) slots in beside it behind this interface without the engine
+// changing.
 //
-// When the manager connection breaks (the manager died or restarted), a
-// rejoin thread reconnects with backoff and claims this node's id back,
-// with the locks it holds and the names it registered; the progress thread
-// then installs the new connection (finish_rejoin). Meanwhile the data path
-// is untouched and calls that need the manager fail with kPeerDown.
+// Thread contract: join() and leave() are the engine's lifecycle calls;
+// fd(), on_readable(), heartbeat(), rejoin_ready() and finish_rejoin() are
+// the progress thread's; the rest may be called from any thread.
 #pragma once
 
-#include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <mutex>
+#include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/config.h"
-#include "common/net.h"
+#include "common/status.h"
+#include "common/time.h"
 #include "proto/control.h"
 #include "transport/transport.h"
 
@@ -34,12 +28,12 @@ namespace lt::proto {
 
 using transport::NodeId;
 
-/// Optional trailing fields of a control request.
-struct CtlArgs {
-  bool has_u64 = false;
-  uint64_t u64 = 0;
-  bool has_u32 = false;
-  uint32_t u32 = 0;
+/// What a node joins with.
+struct JoinInfo {
+  ClusterConfig cluster;
+  std::string tenant;
+  std::string addresses;  // transport::format_addresses() of its transports
+  uint32_t rank = kNoRank;
 };
 
 class Membership {
@@ -48,121 +42,53 @@ class Membership {
     enum Kind : uint8_t {
       kUp,           // `node` joined
       kDown,         // `node` left or was declared down
-      kExpelled,     // the manager declared this node (`node`) down, or refused its claim back
-      kManagerLost,  // the manager connection broke; reconnecting
-      kRejoined,     // reconnected to a (restarted) manager under the same id
+      kExpelled,     // this node (`node`) was declared down, or refused back
+      kManagerLost,  // the service is out of reach; reconnecting
+      kRejoined,     // back with the service under the same id
     };
     Kind kind;
     NodeId node;
   };
 
-  ~Membership();
-  /// Blocks until the manager admits or refuses this node. kAuth for a wrong
-  /// secret (or a manager that does not know it), kPeerDown when the manager
-  /// cannot be reached, kTimedOut.
-  Status join(const ClusterConfig& c, const std::string& tenant, const std::string& addresses,
-              uint32_t rank, Deadline d);
-  void leave();
-  /// Called by the rejoin thread once a new connection is ready or the claim
-  /// was refused: wakes the progress thread, which calls finish_rejoin().
-  void set_waker(std::function<void()> wake) { wake_ = std::move(wake); }
-  /// Whether a lost manager connection is reconnected (default yes). A
-  /// program that drives one connection by hand (the fuzz target) says no.
-  void set_reconnect(bool on) { reconnect_ = on; }
-  /// Progress thread, cheap: a rejoin attempt has an outcome to install.
-  bool rejoin_ready() const { return rejoin_ready_.load(std::memory_order_acquire); }
-  /// Progress thread: installs the new connection and reports the members
-  /// that came and went meanwhile (or kExpelled). True when the manager
-  /// socket (fd()) is to be watched again.
-  bool finish_rejoin(std::vector<Event>* events);
+  virtual ~Membership() = default;
 
-  NodeId self() const { return self_; }
-  uint64_t cluster_token() const { return token_; }
-  int fd() const { return fd_.get(); }
-  uint32_t heartbeat_ms() const { return heartbeat_ms_; }
+  /// Blocks until the service admits or refuses this node. kAuth (secret),
+  /// kPeerDown (unreachable), kTimedOut, kNoResource (full).
+  virtual Status join(const JoinInfo& info, Deadline d) = 0;
+  virtual void leave() = 0;
+  virtual NodeId self() const = 0;
+  virtual uint64_t cluster_token() const = 0;
 
-  /// Progress thread: reads pushes and replies. kPeerDown when the manager
-  /// connection is lost.
-  Status on_readable(std::vector<Event>* events);
-  /// Progress thread: sends a heartbeat if one is due; returns ms until the next.
-  int heartbeat(uint64_t now_ns);
+  // ---- progress thread
+  /// A descriptor to wait on for on_readable(), or -1.
+  virtual int fd() const = 0;
+  /// Reads what arrived; kPeerDown when the service connection is lost.
+  virtual Status on_readable(std::vector<Event>* events) = 0;
+  /// Keeps this node alive for the service; the ms until the next call.
+  virtual int heartbeat(uint64_t now_ns) = 0;
+  /// How the service wakes the progress thread for finish_rejoin().
+  virtual void set_waker(std::function<void()> wake) = 0;
+  virtual bool rejoin_ready() const = 0;
+  /// Installs a reconnection (true: watch fd() again), reporting the members
+  /// that came and went meanwhile, or kExpelled.
+  virtual bool finish_rejoin(std::vector<Event>* events) = 0;
 
-  /// The lock holder's and the name directory's bookkeeping, carried by a
-  /// claim after a manager restart. Called by the engine's sync calls.
-  /// False when `held` is false and the lock was not noted as held.
-  bool note_lock(const std::string& name, uint64_t owner, bool held);
+  // ---- address book
+  virtual std::optional<transport::PeerInfo> peer(NodeId n) const = 0;
+  virtual std::vector<Member> members() const = 0;
 
-  std::optional<transport::PeerInfo> peer(NodeId n) const;
-  std::vector<Member> members() const;
-  bool alive(NodeId n) const;
-
-  /// A request to the manager answered by kNameReply; blocks until the
-  /// answer or the deadline. *req_out gets the request id (to withdraw it).
-  Result<NodeId> name_call(CtlType t, const std::string& name, Deadline d, const CtlArgs& args = {},
-                           uint64_t* req_out = nullptr);
-  /// Sends a request whose answer nobody waits for (withdrawals).
-  Status post_only(CtlType t, uint64_t req, const std::string& name, const CtlArgs& args);
-  uint64_t new_req();
-
-  /// Name directory. kExists, kNotFound, kPerm, kTimedOut, kPeerDown.
-  Status register_name(const std::string& name, Deadline d);
-  Status unregister_name(const std::string& name, Deadline d);
-  Result<NodeId> lookup_name(const std::string& name, Deadline d);
-
- private:
-  // One handshake on a new connection: *answer is the kJoinOk's contents.
-  // kClosed when the manager refused a claim back.
-  Status handshake(const JoinRequest& j, Deadline d, net::Fd* fd, CtlStream* in,
-                   std::string* answer);
-  // A kJoinOk's contents into self_, token_ and members_.
-  Status adopt(const std::string& answer, std::map<NodeId, Member>* members);
-  void handle_push(const std::string& payload, std::vector<Event>* events);
-  std::string ctl_frame(CtlType t, uint64_t req, const std::string& name, const CtlArgs& a);
-  Status send_frame(const std::string& f, Deadline d);
-  void rejoin_loop();
-  void stop_rejoin();
-
-  ClusterConfig cluster_;
-  JoinRequest request_;  // the fresh join's fields; a claim adds the rest
-  net::Fd fd_;
-  NodeId self_ = 0;
-  uint64_t token_ = 0;
-  uint32_t heartbeat_ms_ = 200;
-  uint64_t next_beat_ns_ = 0;
-  CtlStream in_;
-  std::function<void()> wake_;
-  bool reconnect_ = true;
-  std::thread rejoiner_;
-  std::atomic<bool> rejoin_ready_{false};
-  std::atomic<bool> lost_{false};  // heartbeats pause while the manager is away
-
-  mutable std::mutex mu_;  // guards everything below
-  std::condition_variable cv_;
-  std::map<NodeId, Member> members_;
-  bool manager_lost_ = false;
-  bool leaving_ = false;
-  bool expelled_ = false;
-  std::map<uint32_t, NodeId> seen_;  // per slot, the newest id seen
-  void note_seen(NodeId n) {
-    NodeId& s = seen_[node_slot(n)];
-    s = std::max(s, n);
-  }
-  std::set<std::pair<std::string, uint64_t>> held_locks_;
-  std::set<std::string> my_names_;
-  // The rejoin thread's outcome, for finish_rejoin: a connection and its
-  // kJoinOk, or refused.
-  bool rejoin_refused_ = false;
-  net::Fd staged_fd_;
-  CtlStream staged_in_;
-  std::string staged_answer_;
-  uint64_t next_req_ = 1;
-  struct Pending {
-    bool done = false;
-    Code code = Code::kOk;
-    NodeId node = 0;
-  };
-  std::map<uint64_t, Pending> pending_;
-  std::mutex send_mu_;  // one writer of the socket at a time (control path)
+  // ---- name directory, locks, barriers (kTimedOut, kPeerDown when the
+  // service is out of reach, kUnsupported where it has none)
+  virtual Status register_name(const std::string& name, Deadline d) = 0;
+  virtual Status unregister_name(const std::string& name, Deadline d) = 0;
+  virtual Result<NodeId> lookup_name(const std::string& name, Deadline d) = 0;
+  /// `owner` tells the holders on one node apart (the calling thread).
+  virtual Status lock(const std::string& name, uint64_t owner, Deadline d) = 0;
+  virtual Status unlock(const std::string& name, uint64_t owner, Deadline d) = 0;
+  virtual Status barrier(const std::string& name, uint32_t count, Deadline d) = 0;
 };
+
+/// The membership service `cluster` asks for (today ltier-manager's).
+std::unique_ptr<Membership> make_membership(const ClusterConfig& cluster);
 
 }  // namespace lt::proto

@@ -80,11 +80,11 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
   // A node that joined moments ago may not be in our address book yet (the
   // manager's MemberUp for it is on its way to our progress thread): wait
   // for it, bounded, unless we are that thread.
-  if (!membership_.peer(p) &&
+  if (!membership_->peer(p) &&
       std::this_thread::get_id() != progress_tid_.load(std::memory_order_acquire)) {
     Deadline w = Deadline::after_ms(config_.tcp.connect_timeout_ms);
     if (d.at_ns() < w.at_ns()) w = d;
-    while (!membership_.peer(p) && !w.expired() && !peers_.down(p)) {
+    while (!membership_->peer(p) && !w.expired() && !peers_.down(p)) {
       if (peers_.live(p) != nullptr) break;  // it reached us first
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -99,7 +99,7 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
   // inbound connection (authenticated by the cluster token) is then reused.
   Deadline cd = Deadline::after_ms(config_.tcp.connect_timeout_ms);
   if (d.at_ns() < cd.at_ns()) cd = d;
-  auto info = membership_.peer(p);
+  auto info = membership_->peer(p);
   Result<std::unique_ptr<transport::Endpoint>> ep = Code::kPeerDown;
   transport::Transport* via = nullptr;
   const char* why = "";

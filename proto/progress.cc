@@ -92,7 +92,7 @@ class WaitSets {
 void Engine::progress_loop() {
   progress_tid_.store(std::this_thread::get_id(), std::memory_order_release);
   std::vector<Membership::Event> events;
-  WaitSets sets(transports_.all(), membership_.fd(), wake_fd_,
+  WaitSets sets(transports_.all(), membership_->fd(), wake_fd_,
                 [&] { return on_manager_readable(&events); });
   // After serving a peer, keep polling for a bounded time: the next request
   // of a busy client is then served without a wake-up, which costs tens of
@@ -114,16 +114,16 @@ void Engine::progress_loop() {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
     bool did = progress();
     uint64_t now = now_ns();
-    int hb = membership_.heartbeat(now);
+    int hb = membership_->heartbeat(now);
     if (peers_.retired() != 0 && now >= next_collect) {
       // Endpoints of gone connections: freed (with their descriptors and
       // mappings) once no caller can hold them.
       peers_.collect();
       next_collect = now + kCollectEveryNs;
     }
-    if (membership_.rejoin_ready()) {  // the manager came back, or refused us
+    if (membership_->rejoin_ready()) {  // the manager came back, or refused us
       events.clear();
-      if (membership_.finish_rejoin(&events)) sets.watch_manager(membership_.fd());
+      if (membership_->finish_rejoin(&events)) sets.watch_manager(membership_->fd());
       apply_events(events);
     }
     if (served_.load(std::memory_order_relaxed) != served_before) {
@@ -206,7 +206,7 @@ bool Engine::progress(const std::atomic<uint64_t>* watch) {
           handle(cq_[i]);
           // A batch of big copies (staged 1 MiB messages, say) can take long,
           // much longer under sanitizers: keep the heartbeats going.
-          if (i % 8 == 7 && on_progress_thread) (void)membership_.heartbeat(now_ns());
+          if (i % 8 == 7 && on_progress_thread) (void)membership_->heartbeat(now_ns());
         }
         more_in_batch_ = false;
         const bool watched_done =

@@ -70,7 +70,7 @@ Status Engine::free(LmrHandle h, Deadline d) {
   // the handle goes all the same.
   if (!s.is_ok() && s.code() != Code::kPeerDown && s.code() != Code::kBadHandle) return s;
   (void)client_.handles.erase(h);
-  for (auto& n : client_.handles.remove_names_of(h)) (void)membership_.unregister_name(n, d);
+  for (auto& n : client_.handles.remove_names_of(h)) (void)membership_->unregister_name(n, d);
   return s.code() == Code::kBadHandle ? Status::ok() : s;
 }
 
@@ -82,7 +82,7 @@ Status Engine::publish(LmrHandle h, const std::string& name, uint32_t max_rights
     return Code::kInvalidArg;
   }
   LT_RETURN_IF_ERROR(client_.handles.add_name(name, h, max_rights));
-  Status s = membership_.register_name(name, d);
+  Status s = membership_->register_name(name, d);
   if (!s.is_ok()) client_.handles.remove_name(name);
   return s;
 }
@@ -92,7 +92,7 @@ Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline
   if (name.empty() || name.size() > kMaxName || rights == 0 || (rights & ~kUserRights) != 0) {
     return Code::kInvalidArg;
   }
-  auto master = membership_.lookup_name(name, d);
+  auto master = membership_->lookup_name(name, d);
   if (!master) return master.status();
   auto m = std::make_shared<Mapping>();
   if (*master == self()) {

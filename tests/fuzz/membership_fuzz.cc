@@ -27,7 +27,7 @@
 #include "common/time.h"
 #include "common/wire.h"
 #include "proto/control.h"
-#include "proto/membership.h"
+#include "proto/manager_membership.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace lt::proto {
@@ -173,7 +173,7 @@ bool is_substring_of(const std::string& part, const std::string& whole) {
   return whole.find(part) != std::string::npos;
 }
 
-void check_book(const Membership& m) {
+void check_book(const ManagerMembership& m) {
   for (const Member& x : m.members()) {
     FUZZ_CHECK(x.node != 0, "member 0 in the address book");
     FUZZ_CHECK(x.name.size() <= 256 && x.addresses.size() <= 256 && x.host_id.size() <= 256,
@@ -207,10 +207,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.manager = fm.address();
     c.secret = std::string("s");  // not a literal: GCC 12 -O3 warns (-Wrestrict)
     c.node_name = "fuzz";
-    Membership m;
+    ManagerMembership m;
     m.set_reconnect(false);  // one connection per input
     Deadline d = Deadline::after_ms(kWaitMs);
-    lt::Status s = m.join(c, "tenant", "tcp=127.0.0.1:1 shm=shm:1:x", kNoRank, d);
+    lt::Status s = m.join(JoinInfo{c, "tenant", "tcp=127.0.0.1:1 shm=shm:1:x", kNoRank}, d);
     const Code code = s.code();
     FUZZ_CHECK(code == Code::kOk || code == Code::kAuth || code == Code::kNoResource ||
                    code == Code::kMalformed || code == Code::kPeerDown || code == Code::kClosed,
