@@ -441,14 +441,13 @@ Result<NodeId> ManagerMembership::lookup_name(const std::string& name, Deadline 
   return name_call(CtlType::kNameLookup, name, d);
 }
 
+// A lock acquire waits in the manager's queue: on timeout it is withdrawn
+// (a release of this owner), and if the grant crossed the timeout, that
+// release hands the lock on.
 Status ManagerMembership::lock(const std::string& name, uint64_t owner, Deadline d) {
-  CtlArgs a;
-  a.has_u64 = true;
-  a.u64 = owner;
-  uint64_t req = 0;
-  auto r = name_call(CtlType::kLockAcquire, name, d, a, &req);
+  const CtlArgs a = CtlArgs::of_u64(owner);
+  auto r = name_call(CtlType::kLockAcquire, name, d, a);
   if (r.status().code() == Code::kTimedOut) {
-    // Withdraw the waiting acquire; if the grant crossed it, this releases.
     (void)post_only(CtlType::kLockRelease, new_req(), name, a);
   }
   if (r) note_lock(name, owner, true);  // claimed back after a manager restart
@@ -456,10 +455,7 @@ Status ManagerMembership::lock(const std::string& name, uint64_t owner, Deadline
 }
 
 Status ManagerMembership::unlock(const std::string& name, uint64_t owner, Deadline d) {
-  CtlArgs a;
-  a.has_u64 = true;
-  a.u64 = owner;
-  Status s = name_call(CtlType::kLockRelease, name, d, a).status();
+  Status s = name_call(CtlType::kLockRelease, name, d, CtlArgs::of_u64(owner)).status();
   if (s.is_ok()) note_lock(name, owner, false);
   // With the manager away, nobody can take the lock; forgetting it here means
   // it is not claimed back, so it is free under the restarted manager.
@@ -467,17 +463,13 @@ Status ManagerMembership::unlock(const std::string& name, uint64_t owner, Deadli
   return s;
 }
 
+// A barrier arrival that times out is withdrawn: the same request id with a
+// count of 0, which gets no answer.
 Status ManagerMembership::barrier(const std::string& name, uint32_t count, Deadline d) {
-  CtlArgs a;
-  a.has_u32 = true;
-  a.u32 = count;
   uint64_t req = 0;
-  auto r = name_call(CtlType::kBarrier, name, d, a, &req);
+  auto r = name_call(CtlType::kBarrier, name, d, CtlArgs::of_u32(count), &req);
   if (r.status().code() == Code::kTimedOut) {
-    CtlArgs w;
-    w.has_u32 = true;
-    w.u32 = 0;  // withdraw arrival `req`
-    (void)post_only(CtlType::kBarrier, req, name, w);
+    (void)post_only(CtlType::kBarrier, req, name, CtlArgs::of_u32(0));
   }
   return r.status();
 }

@@ -40,6 +40,18 @@ struct CtlArgs {
   uint64_t u64 = 0;
   bool has_u32 = false;
   uint32_t u32 = 0;
+  static CtlArgs of_u64(uint64_t v) {
+    CtlArgs a;
+    a.has_u64 = true;
+    a.u64 = v;
+    return a;
+  }
+  static CtlArgs of_u32(uint32_t v) {
+    CtlArgs a;
+    a.has_u32 = true;
+    a.u32 = v;
+    return a;
+  }
 };
 
 class ManagerMembership final : public Membership {
