@@ -120,12 +120,7 @@ Status ManagerMembership::adopt(const std::string& answer, std::map<NodeId, Memb
 Status ManagerMembership::join(const JoinInfo& info, Deadline d) {
   const ClusterConfig& c = info.cluster;
   cluster_ = c;
-  std::string name = c.node_name;
-  if (name.empty()) {
-    char h[256] = {};
-    gethostname(h, sizeof(h) - 1);
-    name = std::string(h) + "." + std::to_string(getpid());
-  }
+  std::string name = default_node_name(c.node_name);
   request_ = JoinRequest{};
   request_.name = name;
   request_.addresses = info.addresses;

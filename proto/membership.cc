@@ -1,10 +1,15 @@
 // The membership services, by cluster.backend.
 #include "proto/membership.h"
 
+#include <unistd.h>
+
 #include "common/log.h"
 #include "proto/manager_membership.h"
 #if LTIER_HAVE_PMIX
 #include "proto/pmix_membership.h"
+#endif
+#if LTIER_HAVE_ETCD
+#include "proto/etcd/etcd_membership.h"
 #endif
 
 namespace lt::proto {
@@ -21,8 +26,26 @@ std::unique_ptr<Membership> make_membership(const ClusterConfig& cluster) {
     return nullptr;
 #endif
   }
-  LT_ERROR("cluster.backend '%s' is not a backend: manager or pmix", cluster.backend.c_str());
+  if (cluster.backend == "etcd") {
+#if LTIER_HAVE_ETCD
+    return std::make_unique<EtcdMembership>();
+#else
+    LT_ERROR(
+        "cluster.backend etcd: this ltier was built without etcd support (install "
+        "libcurl4-openssl-dev and nlohmann-json3-dev and build again)");
+    return nullptr;
+#endif
+  }
+  LT_ERROR("cluster.backend '%s' is not a backend: manager, pmix or etcd",
+           cluster.backend.c_str());
   return nullptr;
+}
+
+std::string default_node_name(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  char h[256] = {};
+  gethostname(h, sizeof(h) - 1);
+  return std::string(h) + "." + std::to_string(getpid());
 }
 
 }  // namespace lt::proto

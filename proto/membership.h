@@ -88,7 +88,10 @@ class Membership {
   virtual Status barrier(const std::string& name, uint32_t count, Deadline d) = 0;
 };
 
-/// The membership service `cluster` asks for (today ltier-manager's).
+/// The membership service `cluster` asks for (cluster.backend).
 std::unique_ptr<Membership> make_membership(const ClusterConfig& cluster);
+
+/// cluster.node_name, or host.pid when it is empty.
+std::string default_node_name(const std::string& configured);
 
 }  // namespace lt::proto

@@ -85,12 +85,7 @@ Status PmixMembership::join(const JoinInfo& info, Deadline d) {
 
   Member mine;
   mine.node = self_;
-  mine.name = info.cluster.node_name;
-  if (mine.name.empty()) {
-    char h[256] = {};
-    gethostname(h, sizeof(h) - 1);
-    mine.name = std::string(h) + "." + std::to_string(getpid());
-  }
+  mine.name = default_node_name(info.cluster.node_name);
   mine.addresses = info.addresses;
   mine.host_id = net::host_id();
   mine.rank = rank_;

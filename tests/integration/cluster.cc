@@ -208,4 +208,21 @@ std::string ok_value(const std::string& reply) {
   return reply.substr(3);
 }
 
+std::string id_of(Proc* p) { return ok_value(p->cmd("id")); }
+
+std::string await_event(Proc* p, const std::string& kind, int timeout_ms) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string r;
+  while (std::chrono::steady_clock::now() < end) {
+    r = p->cmd("event 1000");
+    if (r.rfind("ok " + kind + " ", 0) == 0) return r;
+  }
+  return r;
+}
+
+bool lists(const std::string& nodes_reply, const std::string& id) {
+  std::string padded = nodes_reply + " ";
+  return padded.find(" " + id + " ") != std::string::npos;
+}
+
 }  // namespace lt::itest

@@ -76,4 +76,14 @@ class Cluster {
 /// "ok 123" -> "123"; anything else -> "".
 std::string ok_value(const std::string& reply);
 
+/// The node's id ("id" command), or "".
+std::string id_of(Proc* p);
+
+/// Membership events until one of `kind` (others are skipped): "ok KIND
+/// NODE", or the last reply when none came in time.
+std::string await_event(Proc* p, const std::string& kind, int timeout_ms = 15000);
+
+/// Whether a "nodes" reply lists `id`.
+bool lists(const std::string& nodes_reply, const std::string& id);
+
 }  // namespace lt::itest

@@ -23,25 +23,6 @@
 namespace lt::itest {
 namespace {
 
-std::string id_of(Proc* p) { return ok_value(p->cmd("id")); }
-
-// Events until one of `kind` (others are skipped): "ok KIND NODE", or the
-// last reply when none came in time.
-std::string await_event(Proc* p, const std::string& kind, int timeout_ms = 15000) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::string r;
-  while (std::chrono::steady_clock::now() < end) {
-    r = p->cmd("event 1000");
-    if (r.rfind("ok " + kind + " ", 0) == 0) return r;
-  }
-  return r;
-}
-
-bool lists(const std::string& nodes_reply, const std::string& id) {
-  std::string padded = nodes_reply + " ";
-  return padded.find(" " + id + " ") != std::string::npos;
-}
-
 // kill -9 of the manager under a live cluster, and a restart on the same
 // address: the nodes reconnect on their own and keep their ids, the lock and
 // the name they held come back with them, a node that died meanwhile is
