@@ -14,8 +14,8 @@
 namespace lt {
 
 struct ClusterConfig {
-  std::string backend = "manager";         // manager | pmix | etcd (proto::make_membership)
-  std::string manager = "127.0.0.1:7700";  // host:port of ltier-manager
+  std::string backend = "manager";             // manager | pmix | etcd (proto::make_membership)
+  std::string manager = "127.0.0.1:7700";      // host:port of ltier-manager
   std::string etcd = "http://127.0.0.1:2379";  // etcd endpoints, comma-separated
   std::string etcd_prefix = "/ltier/default";  // the cluster's keys in etcd
   uint32_t etcd_lease_ms = 3000;  // a silent node is seen down after this (at least 2000)

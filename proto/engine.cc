@@ -199,10 +199,10 @@ void Engine::apply_events(const std::vector<Membership::Event>& events) {
 void Engine::expel() {
   if (expelled_.exchange(true)) return;
   LT_ERROR(
-      "ltier-manager declared this node (%u) down or refused it back: it was silent past "
-      "the manager's down time (stopped or stalled?), or the manager restarted without it. "
-      "Every call now fails with LT_ERR_CLOSED; leave and join again to rejoin under a new id",
-      self());
+      "the cluster (%s) declared this node (%u) down or refused it back: it was silent past "
+      "the down time (stopped or stalled?), or a restarted manager did not know it. Every call "
+      "now fails with LT_ERR_CLOSED; leave and join again to rejoin under a new id",
+      config_.cluster.backend.c_str(), self());
   RequestTable& reqs = client_.requests;
   for (uint32_t i = 0, n = reqs.size(); i < n; ++i) {
     Request* r = reqs.at(i);

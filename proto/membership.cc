@@ -36,8 +36,7 @@ std::unique_ptr<Membership> make_membership(const ClusterConfig& cluster) {
     return nullptr;
 #endif
   }
-  LT_ERROR("cluster.backend '%s' is not a backend: manager, pmix or etcd",
-           cluster.backend.c_str());
+  LT_ERROR("cluster.backend '%s' is not a backend: manager, pmix or etcd", cluster.backend.c_str());
   return nullptr;
 }
 

@@ -34,7 +34,7 @@ Code code_of_grpc(int64_t code) {
       return Code::kTimedOut;
     case 5:  // NOT_FOUND (a lease that expired)
       return Code::kNotFound;
-    case 3:  // INVALID_ARGUMENT
+    case 3:   // INVALID_ARGUMENT
     case 11:  // OUT_OF_RANGE (a compacted revision)
       return Code::kMalformed;
     default:  // UNAVAILABLE (no leader), ...
@@ -49,7 +49,8 @@ std::vector<std::string> split_endpoints(const std::string& spec) {
     size_t comma = spec.find(',', at);
     if (comma == std::string::npos) comma = spec.size();
     std::string e = spec.substr(at, comma - at);
-    while (!e.empty() && e.back() == '/') e.pop_back();
+    e.erase(0, std::min(e.size(), e.find_first_not_of(" \t")));
+    while (!e.empty() && (e.back() == '/' || e.back() == ' ' || e.back() == '\t')) e.pop_back();
     if (!e.empty()) {
       if (e.find("://") == std::string::npos) e = "http://" + e;
       out.push_back(e);
@@ -117,14 +118,13 @@ Json put_of(std::string_view key, std::string_view value, int64_t lease) {
 Json delete_of(std::string_view key) { return {{"request_delete_range", {{"key", b64(key)}}}}; }
 
 Json delete_prefix(std::string_view prefix) {
-  return {{"request_delete_range",
-           {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}}}};
+  return {{"request_delete_range", {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}}}};
 }
 
 Json compare_rev(std::string_view key, const char* target, int64_t v, const char* op) {
-  std::string field = target == std::string_view("CREATE")  ? "create_revision"
-                      : target == std::string_view("MOD")   ? "mod_revision"
-                                                            : "version";
+  std::string field = target == std::string_view("CREATE") ? "create_revision"
+                      : target == std::string_view("MOD")  ? "mod_revision"
+                                                           : "version";
   return {{"key", b64(key)}, {"target", target}, {"result", op}, {field, std::to_string(v)}};
 }
 

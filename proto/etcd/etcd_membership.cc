@@ -14,8 +14,8 @@
 
 namespace lt::proto {
 
-using etcd::Json;
 using etcd::field;
+using etcd::Json;
 using etcd::Kv;
 using etcd::succeeded;
 using etcd::txn_kvs;
@@ -73,11 +73,12 @@ Status EtcdMembership::join(const JoinInfo& info, Deadline d) {
   }
   Status s = take_token(d);
   if (s.code() == Code::kPeerDown) {
-    LT_ERROR("join: no etcd answers at %s (cluster.etcd, LTIER_ETCD)", client_->endpoints().c_str());
+    LT_ERROR("join: no etcd answers at %s (cluster.etcd, LTIER_ETCD)",
+             client_->endpoints().c_str());
   }
   LT_RETURN_IF_ERROR(s);
-  Result<Json> g = client_->call(
-      "/v3/lease/grant", Json{{"TTL", std::to_string((lease_ms_ + 999) / 1000)}}, d);
+  Result<Json> g =
+      client_->call("/v3/lease/grant", Json{{"TTL", std::to_string((lease_ms_ + 999) / 1000)}}, d);
   if (!g.is_ok()) return g.status();
   lease_ = etcd::num(*g, "ID");
   if (lease_ == 0) return Code::kMalformed;
@@ -138,11 +139,11 @@ Status EtcdMembership::take_slot(const JoinInfo& info, Deadline d) {
   m.rank = info.rank;
   const std::string gens = prefix_ + "gen/", slots = prefix_ + "members/";
   while (!d.expired()) {
-    Result<Json> r = client_->call(
-        "/v3/kv/txn",
-        etcd::txn(Json::array(),
-                  Json::array({etcd::range_prefix(gens), etcd::range_prefix(slots)})),
-        d);
+    Result<Json> r =
+        client_->call("/v3/kv/txn",
+                      etcd::txn(Json::array(),
+                                Json::array({etcd::range_prefix(gens), etcd::range_prefix(slots)})),
+                      d);
     if (!r.is_ok()) return r.status();
     std::vector<uint64_t> gen(transport::kNodeSlots, 0);
     std::vector<int64_t> gen_rev(transport::kNodeSlots, 0);
@@ -281,11 +282,7 @@ void EtcdMembership::keeper_loop() {
                 (r.is_ok() && etcd::num(field(*r, "result"), "TTL") <= 0);
     if (gone) {
       if (!expelled_) {
-        LT_ERROR(
-            "etcd: this node's lease (%lld) expired: the cluster saw node %u leave (stalled or cut "
-            "off past cluster.etcd_lease_ms). Every call now fails with LT_ERR_CLOSED; leave and "
-            "join again to rejoin under a new id",
-            static_cast<long long>(lease_), self_);
+        LT_WARN("etcd: this node's lease expired (silent past cluster.etcd_lease_ms)");
         expelled_ = true;
         push(Event::kExpelled, self_);
       }

@@ -44,11 +44,11 @@ Json compare_value(const std::string& key, const std::string& value) {
 
 Status EtcdMembership::register_name(const std::string& name, Deadline d) {
   const std::string key = prefix_ + "names/" + name;
-  Result<Json> r = client_->call(
-      "/v3/kv/txn",
-      etcd::txn(Json::array({etcd::compare_rev(key, "CREATE", 0)}),
-                Json::array({etcd::put_of(key, std::to_string(self_), lease_)})),
-      d);
+  Result<Json> r =
+      client_->call("/v3/kv/txn",
+                    etcd::txn(Json::array({etcd::compare_rev(key, "CREATE", 0)}),
+                              Json::array({etcd::put_of(key, std::to_string(self_), lease_)})),
+                    d);
   if (!r.is_ok()) return r.status();
   return succeeded(*r) ? Status::ok() : Status(Code::kExists);
 }
@@ -116,11 +116,11 @@ Status EtcdMembership::lock(const std::string& name, uint64_t owner, Deadline d)
 
 Status EtcdMembership::unlock(const std::string& name, uint64_t owner, Deadline d) {
   const std::string key = lock_key(name, owner);
-  Result<Json> r = client_->call(
-      "/v3/kv/txn",
-      etcd::txn(Json::array({etcd::compare_rev(key, "CREATE", 0, "GREATER")}),
-                Json::array({etcd::delete_of(key)})),
-      d);
+  Result<Json> r =
+      client_->call("/v3/kv/txn",
+                    etcd::txn(Json::array({etcd::compare_rev(key, "CREATE", 0, "GREATER")}),
+                              Json::array({etcd::delete_of(key)})),
+                    d);
   if (!r.is_ok()) return r.status();
   return succeeded(*r) ? Status::ok() : Status(Code::kPerm);
 }
@@ -158,8 +158,8 @@ Status EtcdMembership::barrier(const std::string& name, uint32_t count, Deadline
   for (;;) {
     Result<Json> r = client_->call(
         "/v3/kv/txn",
-        etcd::txn(Json::array(), Json::array({etcd::range_of(gkey),
-                                              etcd::range_prefix(at_gen(gen))})),
+        etcd::txn(Json::array(),
+                  Json::array({etcd::range_of(gkey), etcd::range_prefix(at_gen(gen))})),
         Deadline::after_ms(std::max(d.remaining_ms(), 1000)));
     if (!r.is_ok()) return r.status();
     std::vector<Kv> g = txn_kvs(*r, 0), arrived = txn_kvs(*r, 1);

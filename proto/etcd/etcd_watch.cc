@@ -91,11 +91,7 @@ bool EtcdMembership::on_watch(const Json& msg, bool* resync) {
     if (m.node != self_) {
       push(Event::kDown, m.node);
     } else if (!expelled_) {
-      LT_ERROR(
-          "etcd: this node's record (node %u) was deleted: its lease expired (stalled or cut off "
-          "past cluster.etcd_lease_ms). Every call now fails with LT_ERR_CLOSED; leave and join "
-          "again to rejoin under a new id",
-          self_);
+      LT_WARN("etcd: this node's record (node %u) was deleted: its lease expired", self_);
       expelled_ = true;
       push(Event::kExpelled, self_);
     }

@@ -119,13 +119,16 @@ class EtcdCluster : public ::testing::Test {
   // when it did not report "ready".
   Proc* add_node(const std::vector<std::string>& extra = {}, std::string* ready = nullptr) {
     std::vector<std::string> env = {
-        "LTIER_CLUSTER_BACKEND=etcd", "LTIER_ETCD=" + etcd_.url(),
+        "LTIER_CLUSTER_BACKEND=etcd",
+        "LTIER_ETCD=" + etcd_.url(),
         "LTIER_ETCD_PREFIX=/itest/" +
             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()),
-        "LTIER_SECRET=etcd-itest", "LTIER_TCP_LISTEN=127.0.0.1:0", "LTIER_ETCD_LEASE_MS=2000"};
+        "LTIER_SECRET=etcd-itest",
+        "LTIER_TCP_LISTEN=127.0.0.1:0",
+        "LTIER_ETCD_LEASE_MS=2000"};
     for (auto& e : extra) env.push_back(e);
-    nodes_.push_back(std::make_unique<Proc>(std::vector<std::string>{Cluster::bin("ltier-node")},
-                                            env));
+    nodes_.push_back(
+        std::make_unique<Proc>(std::vector<std::string>{Cluster::bin("ltier-node")}, env));
     std::string line = nodes_.back()->read_line(15000);
     if (ready) *ready = line;
     return line.rfind("ready ", 0) == 0 ? nodes_.back().get() : nullptr;

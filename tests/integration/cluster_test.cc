@@ -17,7 +17,6 @@
 namespace lt::itest {
 namespace {
 
-
 // Three nodes on this host, run once per transport set: "tcp" only, and the
 // default (shm for same-host peers, with native one-sided ops and atomics).
 class ThreeNodes : public ::testing::TestWithParam<const char*> {
