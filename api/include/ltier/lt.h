@@ -67,9 +67,10 @@ typedef struct lt_join_opts {
   const char* listen;      /* host:port this node's tcp transport binds */
 } lt_join_opts_t;
 
-/* Joins the cluster: binds the transport, registers with ltier-manager, starts
- * the progress thread. -LT_ERR_AUTH: wrong secret; -LT_ERR_PEER_DOWN: no
- * manager at that address; -LT_ERR_INVAL: bad config (logged). */
+/* Joins the cluster: binds the transport, joins through the membership
+ * service (cluster.backend: ltier-manager, PMIx or etcd), starts the progress
+ * thread. -LT_ERR_AUTH: wrong secret; -LT_ERR_PEER_DOWN: no manager (or etcd,
+ * or PMIx server) there; -LT_ERR_INVAL: bad config (logged). */
 int LT_join(const lt_join_opts_t* opts, lt_engine_t** out);
 /* Leaves the cluster and frees the engine; ops in flight fail with
  * -LT_ERR_CLOSED; memory this node hosts for others is released. */
