@@ -45,6 +45,12 @@ struct ShmConfig {
   uint32_t cma = 1;  // 1: single-copy rendezvous with process_vm_writev where allowed
 };
 
+struct VerbsConfig {
+  std::string device;            // empty: the nearest device with an ACTIVE port
+  uint32_t port = 0;             // 0: its first ACTIVE port
+  std::string gid_index = "auto";  // auto: RoCE v2 over IPv4 first
+};
+
 struct EngineConfig {
   uint32_t spin_us = 50;                // a waiter spins this long before it blocks
   uint32_t progress_spin_us = 30;       // after serving a peer, the progress thread polls this long
@@ -65,6 +71,7 @@ struct Config {
   ClusterConfig cluster;
   TcpConfig tcp;
   ShmConfig shm;
+  VerbsConfig verbs;
   EngineConfig engine;
   QosConfig qos;
   // Allowed transports (LTIER_TRANSPORTS, like UCX_TLS): shm for peers on this

@@ -6,6 +6,9 @@
 //   ltier-info --peers [--manager H:P] [--secret S] [--config FILE]
 //                              joins the cluster briefly and prints, for every
 //                              node, the transport this process picks and why
+//   ltier-info --devices [--config FILE]
+//                              RDMA devices and ports (state, MTU, GIDs, limits)
+//                              and the device, port and GID ltier would use
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,6 +20,34 @@ void print_key(void*, const char* key, const char* env, const char* value, const
   if (std::strcmp(key, "cluster.secret") == 0) value = "(hidden)";
   printf("%-26s %-30s %-18s %s\n", key, env, value[0] ? value : "\"\"", help);
 }
+int devices(int argc, char** argv) {
+  const char* config = argc >= 4 && std::strcmp(argv[2], "--config") == 0 ? argv[3] : nullptr;
+  lt_device_port_t ports[16];
+  uint32_t n = 0;
+  char why[1024];
+  int rc = LT_devices(config, ports, 16, &n, why, sizeof(why));
+  if (rc != 0) {
+    fprintf(stderr, "ltier-info: %s%s%s\n", LT_strerror(rc), why[0] ? ": " : "", why);
+    return 1;
+  }
+  for (uint32_t i = 0; i < n && i < 16; ++i) {
+    const lt_device_port_t& p = ports[i];
+    printf("%s port %u%s\n", p.device, p.port, p.chosen ? "  <- ltier uses this port" : "");
+    printf("  state %s, link layer %s, active MTU %u, NUMA node %d%s\n", p.state, p.link_layer,
+           p.active_mtu, p.numa_node, p.near ? " (near this process)" : "");
+    printf("  max_qp %u, max_qp_wr %u, max_sge %u, max_cqe %u, max_mr %u, max_srq %u, "
+           "max_qp_rd_atom %u, max_mr_size %llu, atomics %s\n",
+           p.max_qp, p.max_qp_wr, p.max_sge, p.max_cqe, p.max_mr, p.max_srq, p.max_qp_rd_atom,
+           static_cast<unsigned long long>(p.max_mr_size), p.atomics ? "yes" : "no");
+    for (uint32_t g = 0; g < p.num_gids; ++g) {
+      printf("  GID[%2u] %-40s %s%s\n", p.gids[g].index, p.gids[g].gid, p.gids[g].type,
+             p.chosen && p.chosen_gid == p.gids[g].index ? "  <- ltier uses this GID" : "");
+    }
+  }
+  if (why[0]) printf("no usable RDMA port: %s\n", why);
+  return 0;
+}
+
 }  // namespace
 
 int peers(int argc, char** argv) {
@@ -58,6 +89,7 @@ int peers(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--peers") == 0) return peers(argc, argv);
+  if (argc >= 2 && std::strcmp(argv[1], "--devices") == 0) return devices(argc, argv);
   if (argc >= 2 && std::strcmp(argv[1], "--config") == 0) {
     printf("%-26s %-30s %-18s %s\n", "key", "environment", "value", "meaning");
     int rc = LT_config_keys(argc >= 3 ? argv[2] : nullptr, print_key, nullptr);
@@ -68,13 +100,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc >= 2) {
-    fprintf(stderr, "usage: ltier-info [--config [FILE]] [--peers [--manager H:P] [--secret S]]\n");
+    fprintf(stderr,
+            "usage: ltier-info [--config [FILE]] [--peers [--manager H:P] [--secret S]] "
+            "[--devices [--config FILE]]\n");
     return 2;
   }
   printf("ltier transports:\n");
   printf("  tcp    available  (epoll, framed, one connection per peer)\n");
   printf("  shm    available  (same-host peers: memfd rings, native one-sided ops)\n");
-  printf("  verbs  planned    (RC shared QP pool, UD fallback)\n");
+  printf("  verbs  planned    (RC shared QP pool, UD fallback; ltier-info --devices lists the "
+         "RDMA devices)\n");
   printf("select with LTIER_TRANSPORTS or the 'transports' key; see ltier-info --config\n");
   return 0;
 }

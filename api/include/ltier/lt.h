@@ -287,6 +287,36 @@ typedef void (*lt_config_key_fn)(void* ctx, const char* key, const char* env, co
  * its effective value. -LT_ERR_INVAL for a broken file or value (logged). */
 int LT_config_keys(const char* config_path, lt_config_key_fn fn, void* ctx);
 
+/* One port of an RDMA device, as libibverbs reports it. */
+#define LT_MAX_GIDS 16
+typedef struct {
+  char device[64];    /* rxe0, mlx5_0 */
+  uint32_t port;      /* 1-based */
+  char state[16];     /* ACTIVE, DOWN, ... */
+  char link_layer[16]; /* Ethernet (RoCE) or InfiniBand */
+  uint32_t active_mtu; /* bytes */
+  int32_t numa_node;  /* -1: unknown */
+  uint32_t near;      /* 1: its CPUs include the caller's */
+  uint32_t atomics;   /* 1: remote atomics */
+  uint32_t max_qp, max_qp_wr, max_sge, max_cqe, max_mr, max_srq, max_qp_rd_atom;
+  uint64_t max_mr_size;
+  uint32_t num_gids; /* valid entries in gids (at most LT_MAX_GIDS) */
+  struct {
+    uint32_t index;
+    char gid[48];  /* fe80::..., ::ffff:192.0.2.1 */
+    char type[16]; /* RoCE v2, RoCE v1, IB */
+  } gids[LT_MAX_GIDS];
+  uint32_t chosen; /* 1: the port and GID (chosen_gid) a verbs transport would use */
+  uint32_t chosen_gid;
+} lt_device_port_t;
+/* Lists the RDMA device ports (up to cap in out; *count gets how many there
+ * are) and marks the one the configuration (config_path or $LTIER_CONFIG,
+ * LTIER_VERBS_*) picks. When none is usable, why (if not NULL) gets the
+ * reason, naming devices, ports, GIDs, MTU and the key to change.
+ * -LT_ERR_UNSUPPORTED: built without libibverbs. */
+int LT_devices(const char* config_path, lt_device_port_t* out, uint32_t cap, uint32_t* count,
+               char* why, size_t why_cap);
+
 /* "peer node is down or unreachable"; accepts either sign. */
 const char* LT_strerror(int err);
 /* "LT_ERR_PEER_DOWN" */

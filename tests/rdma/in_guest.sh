@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The verbs batch, run inside the rxe guest by tests/rdma/rxe-guest (one
+# boot for all of it): BUILD is the build directory.
+set -uo pipefail
+BUILD=${1:?usage: in_guest.sh BUILD}
+failed=0
+step() {
+  echo "== $*"
+  "$@" || { echo "FAILED: $*"; failed=1; }
+}
+
+step "$BUILD/tests/rdma/rdma_device_test"
+# ltier-info shows the device, and marks the port and GID ltier picks.
+echo "== ltier-info --devices"
+out=$("$BUILD/tools/ltier-info" --devices 2>&1)
+echo "$out"
+grep -q '^rxe0 port 1  <- ltier uses this port' <<< "$out" || { echo "FAILED: no chosen rxe0 port"; failed=1; }
+grep -qE 'GID\[ *1\] ::ffff:192\.0\.2\.1 +RoCE v2  <- ltier uses this GID' <<< "$out" ||
+  { echo "FAILED: GID 1 not chosen"; failed=1; }
+# A device that is not there is refused with the key to change.
+out=$(LTIER_VERBS_DEVICE=mlx5_9 "$BUILD/tools/ltier-info" --devices 2>&1)
+grep -q "verbs.device (LTIER_VERBS_DEVICE) names 'mlx5_9'" <<< "$out" ||
+  { echo "FAILED: LTIER_VERBS_DEVICE=mlx5_9 not explained: $out"; failed=1; }
+exit $failed
