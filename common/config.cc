@@ -64,8 +64,8 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"verbs.port", "LTIER_VERBS_PORT", "device port; 0: its first ACTIVE port", K::kU32,
        &c.verbs.port},
       {"verbs.gid_index", "LTIER_VERBS_GID_INDEX",
-       "GID table index; auto: a RoCE v2 GID of an IPv4 address, else any RoCE v2 GID",
-       K::kString, &c.verbs.gid_index},
+       "GID table index; auto: a RoCE v2 GID of an IPv4 address, else any RoCE v2 GID", K::kString,
+       &c.verbs.gid_index},
       {"shm.ring_bytes", "LTIER_SHM_RING_BYTES",
        "shm: bytes of each direction's message ring per connection (a power of two, >= 4096); "
        "both rings live in one memfd segment",

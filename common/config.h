@@ -46,8 +46,8 @@ struct ShmConfig {
 };
 
 struct VerbsConfig {
-  std::string device;            // empty: the nearest device with an ACTIVE port
-  uint32_t port = 0;             // 0: its first ACTIVE port
+  std::string device;              // empty: the nearest device with an ACTIVE port
+  uint32_t port = 0;               // 0: its first ACTIVE port
   std::string gid_index = "auto";  // auto: RoCE v2 over IPv4 first
 };
 

@@ -35,10 +35,11 @@ int devices(int argc, char** argv) {
     printf("%s port %u%s\n", p.device, p.port, p.chosen ? "  <- ltier uses this port" : "");
     printf("  state %s, link layer %s, active MTU %u, NUMA node %d%s\n", p.state, p.link_layer,
            p.active_mtu, p.numa_node, p.near ? " (near this process)" : "");
-    printf("  max_qp %u, max_qp_wr %u, max_sge %u, max_cqe %u, max_mr %u, max_srq %u, "
-           "max_qp_rd_atom %u, max_mr_size %llu, atomics %s\n",
-           p.max_qp, p.max_qp_wr, p.max_sge, p.max_cqe, p.max_mr, p.max_srq, p.max_qp_rd_atom,
-           static_cast<unsigned long long>(p.max_mr_size), p.atomics ? "yes" : "no");
+    printf(
+        "  max_qp %u, max_qp_wr %u, max_sge %u, max_cqe %u, max_mr %u, max_srq %u, "
+        "max_qp_rd_atom %u, max_mr_size %llu, atomics %s\n",
+        p.max_qp, p.max_qp_wr, p.max_sge, p.max_cqe, p.max_mr, p.max_srq, p.max_qp_rd_atom,
+        static_cast<unsigned long long>(p.max_mr_size), p.atomics ? "yes" : "no");
     for (uint32_t g = 0; g < p.num_gids; ++g) {
       printf("  GID[%2u] %-40s %s%s\n", p.gids[g].index, p.gids[g].gid, p.gids[g].type,
              p.chosen && p.chosen_gid == p.gids[g].index ? "  <- ltier uses this GID" : "");
@@ -108,8 +109,9 @@ int main(int argc, char** argv) {
   printf("ltier transports:\n");
   printf("  tcp    available  (epoll, framed, one connection per peer)\n");
   printf("  shm    available  (same-host peers: memfd rings, native one-sided ops)\n");
-  printf("  verbs  planned    (RC shared QP pool, UD fallback; ltier-info --devices lists the "
-         "RDMA devices)\n");
+  printf(
+      "  verbs  planned    (RC shared QP pool, UD fallback; ltier-info --devices lists the "
+      "RDMA devices)\n");
   printf("select with LTIER_TRANSPORTS or the 'transports' key; see ltier-info --config\n");
   return 0;
 }

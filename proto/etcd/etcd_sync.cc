@@ -165,12 +165,19 @@ Status EtcdMembership::barrier(const std::string& name, uint32_t count, Deadline
     std::vector<Kv> g = txn_kvs(*r, 0), arrived = txn_kvs(*r, 1);
     if (!g.empty() && std::strtoull(g[0].value.c_str(), nullptr, 10) > gen) return Status::ok();
     const int64_t rev = g.empty() ? 0 : g[0].mod_rev;
-    bool mismatch = false;
-    for (const Kv& a : arrived) mismatch |= a.value != want;
-    if (mismatch || arrived.size() >= count || d.expired()) {
+    // The first arrival fixes the count, as with the manager: an arrival
+    // with another count is refused, and not counted by the others.
+    const Kv* first = nullptr;
+    size_t agree = 0;
+    for (const Kv& a : arrived) {
+      if (first == nullptr || a.create_rev < first->create_rev) first = &a;
+      agree += a.value == want;
+    }
+    const bool mismatch = first != nullptr && first->value != want;
+    if (mismatch || agree >= count || d.expired()) {
       // Release the generation, or take this arrival back (a mismatched
       // count, or the deadline); either only if the generation is unmoved.
-      bool release = !mismatch && arrived.size() >= count;
+      const bool release = !mismatch && agree >= count;
       Json ops = release ? Json::array({etcd::put_of(gkey, std::to_string(gen + 1)),
                                         etcd::delete_prefix(at_gen(gen))})
                          : Json::array({etcd::delete_of(mine)});

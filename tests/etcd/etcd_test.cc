@@ -62,6 +62,21 @@ std::string http_post(int port, const std::string& path, const std::string& body
   return out;
 }
 
+std::string base64(const std::string& in) {
+  static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t v = static_cast<uint32_t>(static_cast<uint8_t>(in[i])) << 16;
+    if (i + 1 < in.size()) v |= static_cast<uint32_t>(static_cast<uint8_t>(in[i + 1])) << 8;
+    if (i + 2 < in.size()) v |= static_cast<uint8_t>(in[i + 2]);
+    out += abc[(v >> 18) & 63];
+    out += abc[(v >> 12) & 63];
+    out += i + 1 < in.size() ? abc[(v >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? abc[v & 63] : '=';
+  }
+  return out;
+}
+
 // A single-member etcd on loopback ports of its own, with its data in a
 // fresh directory that outlives a kill -9 (restart() starts it on it again).
 class Etcd {
@@ -76,6 +91,15 @@ class Etcd {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
   bool ok() const { return ok_; }
+  /// Whether some key starting with `prefix` exists.
+  bool has_prefix(const std::string& prefix) {
+    std::string end = prefix;
+    end.back() = static_cast<char>(end.back() + 1);
+    std::string a = http_post(client_port_, "/v3/kv/range",
+                              "{\"key\":\"" + base64(prefix) + "\",\"range_end\":\"" + base64(end) +
+                                  "\",\"count_only\":true}");
+    return a.find("\"count\":") != std::string::npos;  // left out when 0
+  }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
   void kill9() {
     if (!proc_) return;
@@ -117,15 +141,13 @@ class EtcdCluster : public ::testing::Test {
  protected:
   // An ltier-node joining through etcd; nullptr (and *ready the reply)
   // when it did not report "ready".
+  static std::string prefix() {
+    return "/itest/" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
   Proc* add_node(const std::vector<std::string>& extra = {}, std::string* ready = nullptr) {
-    std::vector<std::string> env = {
-        "LTIER_CLUSTER_BACKEND=etcd",
-        "LTIER_ETCD=" + etcd_.url(),
-        "LTIER_ETCD_PREFIX=/itest/" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()),
-        "LTIER_SECRET=etcd-itest",
-        "LTIER_TCP_LISTEN=127.0.0.1:0",
-        "LTIER_ETCD_LEASE_MS=2000"};
+    std::vector<std::string> env = {"LTIER_CLUSTER_BACKEND=etcd",    "LTIER_ETCD=" + etcd_.url(),
+                                    "LTIER_ETCD_PREFIX=" + prefix(), "LTIER_SECRET=etcd-itest",
+                                    "LTIER_TCP_LISTEN=127.0.0.1:0",  "LTIER_ETCD_LEASE_MS=2000"};
     for (auto& e : extra) env.push_back(e);
     nodes_.push_back(
         std::make_unique<Proc>(std::vector<std::string>{Cluster::bin("ltier-node")}, env));
@@ -196,8 +218,9 @@ TEST_F(EtcdCluster, FormsAClusterWithNamesLocksAndBarriers) {
     for (Proc* p : {a, b, c}) ASSERT_TRUE(p->send("barrier etcd.b 3 10000"));
     for (Proc* p : {a, b, c}) EXPECT_EQ(p->read_line(15000), "ok");
   }
-  ASSERT_TRUE(a->send("barrier etcd.c 2 5000"));
-  usleep(100000);
+  ASSERT_TRUE(a->send("barrier etcd.c 2 10000"));
+  // a's arrival is in (and so fixes the count) before b comes.
+  for (int i = 0; i < 200 && !etcd_.has_prefix(prefix() + "/barriers/etcd.c"); ++i) usleep(20000);
   EXPECT_EQ(b->cmd("barrier etcd.c 3 2000"), "err LT_ERR_INVAL");
   EXPECT_EQ(c->cmd("barrier etcd.c 2 5000"), "ok");
   EXPECT_EQ(a->read_line(15000), "ok");

@@ -9,7 +9,7 @@ step() {
   "$@" || { echo "FAILED: $*"; failed=1; }
 }
 
-step "$BUILD/tests/rdma/rdma_device_test"
+step "$BUILD/tests/rdma/rdma_verbs_test"
 # ltier-info shows the device, and marks the port and GID ltier picks.
 echo "== ltier-info --devices"
 out=$("$BUILD/tools/ltier-info" --devices 2>&1)

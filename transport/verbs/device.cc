@@ -152,8 +152,9 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
   }
   ibv_free_device_list(list);
   if (out.empty() && why->empty()) {
-    *why = "no RDMA device (ibv_get_device_list found none; Soft-RoCE: rdma link add rxe0 type "
-           "rxe netdev IFACE)";
+    *why =
+        "no RDMA device (ibv_get_device_list found none; Soft-RoCE: rdma link add rxe0 type "
+        "rxe netdev IFACE)";
   }
   return out;
 }
@@ -181,8 +182,8 @@ const GidInfo* best_gid(const PortInfo& p) {
 }
 
 std::string port_summary(const DeviceInfo& d, const PortInfo& p) {
-  std::string s = d.name + " port " + std::to_string(p.num) + " (" + p.state + ", " +
-                  p.link_layer + ", MTU " + std::to_string(p.active_mtu) + ", GIDs:";
+  std::string s = d.name + " port " + std::to_string(p.num) + " (" + p.state + ", " + p.link_layer +
+                  ", MTU " + std::to_string(p.active_mtu) + ", GIDs:";
   if (p.gids.empty()) s += " none";
   for (const GidInfo& g : p.gids) {
     s += " " + std::to_string(g.index) + "=" + g.text + " " + g.type;
@@ -213,7 +214,10 @@ Result<Choice> choose(const std::vector<DeviceInfo>& devices, const VerbsConfig&
       }
     }
     if (dev == nullptr) {
-      *why = devices.empty() ? "no RDMA device" : "no device has an ACTIVE port";
+      *why = devices.empty()    ? std::string("no RDMA device")
+             : config.port != 0 ? "no device has an ACTIVE port " + std::to_string(config.port) +
+                                      " (verbs.port, LTIER_VERBS_PORT)"
+                                : std::string("no device has an ACTIVE port");
       for (const DeviceInfo& d : devices) {
         for (const PortInfo& p : d.ports) *why += "; " + port_summary(d, p);
       }

@@ -27,8 +27,8 @@ struct GidInfo {
 
 struct PortInfo {
   uint32_t num = 0;
-  std::string state;       // ACTIVE, DOWN, ...
-  std::string link_layer;  // Ethernet, InfiniBand
+  std::string state;        // ACTIVE, DOWN, ...
+  std::string link_layer;   // Ethernet, InfiniBand
   uint32_t active_mtu = 0;  // bytes
   uint32_t max_mtu = 0;
   uint16_t lid = 0;

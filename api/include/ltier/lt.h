@@ -290,14 +290,14 @@ int LT_config_keys(const char* config_path, lt_config_key_fn fn, void* ctx);
 /* One port of an RDMA device, as libibverbs reports it. */
 #define LT_MAX_GIDS 16
 typedef struct {
-  char device[64];    /* rxe0, mlx5_0 */
-  uint32_t port;      /* 1-based */
-  char state[16];     /* ACTIVE, DOWN, ... */
+  char device[64];     /* rxe0, mlx5_0 */
+  uint32_t port;       /* 1-based */
+  char state[16];      /* ACTIVE, DOWN, ... */
   char link_layer[16]; /* Ethernet (RoCE) or InfiniBand */
   uint32_t active_mtu; /* bytes */
-  int32_t numa_node;  /* -1: unknown */
-  uint32_t near;      /* 1: its CPUs include the caller's */
-  uint32_t atomics;   /* 1: remote atomics */
+  int32_t numa_node;   /* -1: unknown */
+  uint32_t near;       /* 1: its CPUs include the caller's */
+  uint32_t atomics;    /* 1: remote atomics */
   uint32_t max_qp, max_qp_wr, max_sge, max_cqe, max_mr, max_srq, max_qp_rd_atom;
   uint64_t max_mr_size;
   uint32_t num_gids; /* valid entries in gids (at most LT_MAX_GIDS) */

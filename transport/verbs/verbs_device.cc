@@ -1,0 +1,113 @@
+#include "transport/verbs/verbs_device.h"
+
+#include <infiniband/verbs.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace lt::transport::verbs {
+
+namespace {
+
+std::string where(const Choice& c) {
+  return c.device + " port " + std::to_string(c.port) + " GID index " +
+         std::to_string(c.gid.index) + " (" + c.gid.text + ", MTU " + std::to_string(c.mtu) + ")";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<VerbsDevice>> VerbsDevice::open(const Choice& choice, uint32_t cq_entries,
+                                                       std::string* why) {
+  std::unique_ptr<VerbsDevice> d(new VerbsDevice());
+  d->choice_ = choice;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  for (int i = 0; list != nullptr && i < n && d->ctx_ == nullptr; ++i) {
+    if (choice.device == ibv_get_device_name(list[i])) d->ctx_ = ibv_open_device(list[i]);
+  }
+  if (list != nullptr) ibv_free_device_list(list);
+  if (d->ctx_ == nullptr) {
+    *why = "cannot open " + choice.device + ": " + std::strerror(errno) +
+           " (verbs.device, LTIER_VERBS_DEVICE; ltier-info --devices lists them)";
+    return Code::kNotFound;
+  }
+  ibv_gid gid;
+  ibv_port_attr pa{};
+  if (ibv_query_gid(d->ctx_, static_cast<uint8_t>(choice.port), static_cast<int>(choice.gid.index),
+                    &gid) != 0 ||
+      ibv_query_port(d->ctx_, static_cast<uint8_t>(choice.port), &pa) != 0) {
+    *why = "cannot query " + where(choice) + ": " + std::strerror(errno) +
+           " (verbs.port, verbs.gid_index)";
+    return Code::kInvalidArg;
+  }
+  std::memcpy(d->gid_.data(), gid.raw, 16);
+  d->lid_ = pa.lid;
+  d->pd_ = ibv_alloc_pd(d->ctx_);
+  d->channel_ = d->pd_ != nullptr ? ibv_create_comp_channel(d->ctx_) : nullptr;
+  d->cq_ = d->channel_ != nullptr
+               ? ibv_create_cq(d->ctx_, static_cast<int>(cq_entries), nullptr, d->channel_, 0)
+               : nullptr;
+  if (d->cq_ == nullptr) {
+    *why = "cannot make a protection domain and a CQ of " + std::to_string(cq_entries) +
+           " entries on " + where(choice) + ": " + std::strerror(errno);
+    return Code::kNoMemory;
+  }
+  return d;
+}
+
+VerbsDevice::~VerbsDevice() {
+  if (cq_ != nullptr) ibv_destroy_cq(cq_);
+  if (channel_ != nullptr) ibv_destroy_comp_channel(channel_);
+  if (pd_ != nullptr) ibv_dealloc_pd(pd_);
+  if (ctx_ != nullptr) ibv_close_device(ctx_);
+}
+
+int VerbsDevice::poll(Completion* out, int max) {
+  ibv_wc wc[16];
+  int n = ibv_poll_cq(cq_, std::min(max, 16), wc);
+  for (int i = 0; i < n; ++i) {
+    out[i].wr_id = wc[i].wr_id;
+    out[i].ok = wc[i].status == IBV_WC_SUCCESS;
+    out[i].error = out[i].ok ? std::string() : ibv_wc_status_str(wc[i].status);
+    out[i].bytes = wc[i].byte_len;
+  }
+  return n;
+}
+
+bool VerbsDevice::arm() { return ibv_req_notify_cq(cq_, 0) == 0; }
+
+bool VerbsDevice::block(int timeout_ms) {
+  pollfd p{channel_->fd, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0) return false;
+  ibv_cq* cq;
+  void* ctx;
+  if (ibv_get_cq_event(channel_, &cq, &ctx) != 0) return false;
+  ibv_ack_cq_events(cq, 1);
+  return true;
+}
+
+Result<std::unique_ptr<Region>> Region::make(VerbsDevice& dev, void* addr, size_t len,
+                                             std::string* why) {
+  std::unique_ptr<Region> r(new Region());
+  r->mr_ = ibv_reg_mr(dev.pd(), addr, len,
+                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                          IBV_ACCESS_REMOTE_ATOMIC);
+  if (r->mr_ == nullptr) {
+    *why = "ibv_reg_mr of " + std::to_string(len) + " bytes on " + dev.choice().device + ": " +
+           std::strerror(errno) + " (locked-memory limit? ulimit -l)";
+    return Code::kNoMemory;
+  }
+  r->addr_ = addr;
+  r->len_ = len;
+  return r;
+}
+
+Region::~Region() {
+  if (mr_ != nullptr) ibv_dereg_mr(mr_);
+}
+
+uint32_t Region::lkey() const { return mr_->lkey; }
+uint32_t Region::rkey() const { return mr_->rkey; }
+
+}  // namespace lt::transport::verbs

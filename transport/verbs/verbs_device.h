@@ -1,0 +1,89 @@
+// An RDMA device opened for a transport: one protection domain, one
+// completion channel and one completion queue (VerbsDevice), and memory
+// registered on it (Region).
+//
+// Thread contract: a VerbsDevice is polled by one thread at a time; Regions
+// are immutable once made.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "transport/verbs/device.h"
+
+struct ibv_context;
+struct ibv_pd;
+struct ibv_cq;
+struct ibv_mr;
+struct ibv_comp_channel;
+
+namespace lt::transport::verbs {
+
+/// A completion, as a transport sees it.
+struct Completion {
+  uint64_t wr_id = 0;
+  bool ok = false;
+  std::string error;  // ibv_wc_status_str when !ok
+  uint32_t bytes = 0;
+};
+
+class VerbsDevice {
+ public:
+  /// Opens `choice` (from choose()): the device, a PD, a completion channel
+  /// and a CQ of `cq_entries`.
+  static Result<std::unique_ptr<VerbsDevice>> open(const Choice& choice, uint32_t cq_entries,
+                                                   std::string* why);
+  ~VerbsDevice();
+  VerbsDevice(const VerbsDevice&) = delete;
+  VerbsDevice& operator=(const VerbsDevice&) = delete;
+
+  const Choice& choice() const { return choice_; }
+  ibv_context* context() const { return ctx_; }
+  ibv_pd* pd() const { return pd_; }
+  ibv_cq* cq() const { return cq_; }
+  /// The chosen GID's 16 bytes and the port's LID (InfiniBand; 0 on RoCE).
+  const std::array<uint8_t, 16>& gid() const { return gid_; }
+  uint16_t lid() const { return lid_; }
+  /// Up to `max` completions, without blocking; -1 when polling failed.
+  int poll(Completion* out, int max);
+  /// Sleeping on the CQ: arm(), poll() once more (a completion may have
+  /// come before the arming), and only if that finds none, block() until the
+  /// channel fires or timeout_ms passes (false).
+  bool arm();
+  bool block(int timeout_ms);
+
+ private:
+  VerbsDevice() = default;
+  Choice choice_;
+  std::array<uint8_t, 16> gid_{};
+  uint16_t lid_ = 0;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+};
+
+/// Memory registered for local and remote access.
+class Region {
+ public:
+  static Result<std::unique_ptr<Region>> make(VerbsDevice& dev, void* addr, size_t len,
+                                              std::string* why);
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+  uint32_t lkey() const;
+  uint32_t rkey() const;
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(addr_); }
+  size_t size() const { return len_; }
+
+ private:
+  Region() = default;
+  ibv_mr* mr_ = nullptr;
+  void* addr_ = nullptr;
+  size_t len_ = 0;
+};
+
+}  // namespace lt::transport::verbs
