@@ -338,18 +338,12 @@ int ManagerMembership::heartbeat(uint64_t now) {
 
 std::optional<transport::PeerInfo> ManagerMembership::peer(NodeId n) const {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = members_.find(n);
-  if (it == members_.end()) return std::nullopt;
-  // The record's address list is the transports' business: handed on as is.
-  return transport::PeerInfo{n, it->second.host_id,
-                             transport::parse_addresses(it->second.addresses)};
+  return peer_in(members_, n);
 }
 
 std::vector<Member> ManagerMembership::members() const {
   std::lock_guard<std::mutex> g(mu_);
-  std::vector<Member> v;
-  for (auto& [id, m] : members_) v.push_back(m);
-  return v;
+  return members_in(members_);
 }
 
 bool ManagerMembership::alive(NodeId n) const {

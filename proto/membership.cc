@@ -40,6 +40,20 @@ std::unique_ptr<Membership> make_membership(const ClusterConfig& cluster) {
   return nullptr;
 }
 
+std::optional<transport::PeerInfo> peer_in(const std::map<NodeId, Member>& book, NodeId n) {
+  auto it = book.find(n);
+  if (it == book.end()) return std::nullopt;
+  return transport::PeerInfo{n, it->second.host_id,
+                             transport::parse_addresses(it->second.addresses)};
+}
+
+std::vector<Member> members_in(const std::map<NodeId, Member>& book) {
+  std::vector<Member> v;
+  v.reserve(book.size());
+  for (auto& [id, m] : book) v.push_back(m);
+  return v;
+}
+
 std::string default_node_name(const std::string& configured) {
   if (!configured.empty()) return configured;
   char h[256] = {};

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,6 +91,11 @@ class Membership {
 
 /// The membership service `cluster` asks for (cluster.backend).
 std::unique_ptr<Membership> make_membership(const ClusterConfig& cluster);
+
+/// An address book's entry for `n` as the transports want it (the address
+/// list handed on as is), and all of its members: shared by the backends.
+std::optional<transport::PeerInfo> peer_in(const std::map<NodeId, Member>& book, NodeId n);
+std::vector<Member> members_in(const std::map<NodeId, Member>& book);
 
 /// cluster.node_name, or host.pid when it is empty.
 std::string default_node_name(const std::string& configured);

@@ -143,17 +143,10 @@ void PmixMembership::leave() {
 }
 
 std::optional<transport::PeerInfo> PmixMembership::peer(NodeId n) const {
-  auto it = members_.find(n);
-  if (it == members_.end()) return std::nullopt;
-  return transport::PeerInfo{n, it->second.host_id,
-                             transport::parse_addresses(it->second.addresses)};
+  return peer_in(members_, n);
 }
 
-std::vector<Member> PmixMembership::members() const {
-  std::vector<Member> v;
-  for (auto& [id, m] : members_) v.push_back(m);
-  return v;
-}
+std::vector<Member> PmixMembership::members() const { return members_in(members_); }
 
 Status PmixMembership::register_name(const std::string& name, Deadline) {
   pmix_info_t info;

@@ -60,6 +60,19 @@ std::vector<std::string> split_endpoints(const std::string& spec) {
   return out;
 }
 
+// A JSON POST of `payload` to `url`, its answer handed to `sink`. The
+// strings and the header list must outlive the transfer.
+void set_post(CURL* h, const std::string& url, const std::string& payload, curl_slist* headers,
+              curl_write_callback sink, void* sink_arg) {
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload.c_str());
+  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, sink_arg);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+}
+
 }  // namespace
 
 std::string b64(std::string_view bytes) {
@@ -236,13 +249,7 @@ Result<Json> Client::call(const char* path, const Json& body, Deadline d) {
     size_t at = (first + i) % endpoints_.size();
     std::string url = endpoints_[at] + path, answer;
     curl_easy_reset(h);
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload.c_str());
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, append_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &answer);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    set_post(h, url, payload, headers, append_body, &answer);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms_left(d, 60000));
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms_left(d, 1000));
     CURLcode rc = curl_easy_perform(h);
@@ -325,13 +332,7 @@ Status WatchStream::run(const std::string& endpoint, const Json& create,
   const std::string url = endpoint + "/v3/watch", payload = create.dump();
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
   StreamState st{{}, &on_message};
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload.c_str());
-  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_stream);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  set_post(h, url, payload, headers, on_stream, &st);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
   // A host that vanishes without closing the stream is noticed by TCP
   // keepalive within about 10 s.

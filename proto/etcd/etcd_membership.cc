@@ -325,17 +325,12 @@ void EtcdMembership::leave() {
 
 std::optional<transport::PeerInfo> EtcdMembership::peer(NodeId n) const {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = members_.find(n);
-  if (it == members_.end()) return std::nullopt;
-  return transport::PeerInfo{n, it->second.host_id,
-                             transport::parse_addresses(it->second.addresses)};
+  return peer_in(members_, n);
 }
 
 std::vector<Member> EtcdMembership::members() const {
   std::lock_guard<std::mutex> g(mu_);
-  std::vector<Member> v;
-  for (auto& [id, m] : members_) v.push_back(m);
-  return v;
+  return members_in(members_);
 }
 
 }  // namespace lt::proto
