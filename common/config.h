@@ -49,6 +49,18 @@ struct VerbsConfig {
   std::string device;              // empty: the nearest device with an ACTIVE port
   uint32_t port = 0;               // 0: its first ACTIVE port
   std::string gid_index = "auto";  // auto: RoCE v2 over IPv4 first
+  std::string listen;              // control channel host:port; empty: the GID's IPv4, any port
+  uint32_t qps_per_peer = 2;       // RC QPs to each peer, shared by all threads
+  uint32_t send_depth = 128;       // work requests outstanding per QP
+  uint32_t send_ring_bytes = 256u << 10;   // per QP: messages copied here until sent
+  uint32_t recv_buffers = 256;             // receive buffers in the shared receive queue
+  uint32_t recv_buffer_bytes = 16u << 10;  // larger messages travel in fragments
+  uint32_t max_msg_bytes = 64u << 20;      // largest message a post accepts
+  uint32_t eager_max_bytes = 16u << 10;    // messages above this go by rendezvous
+  uint32_t pool_bytes = 64u << 20;         // LMR memory is carved from pools of this size
+  uint32_t bounce_bytes = 256u << 10;      // per QP: staging for unregistered local buffers
+  uint32_t spin_us = 20;                   // polls that find nothing this long arm the CQs
+  uint32_t connect_timeout_ms = 2000;
 };
 
 struct EngineConfig {

@@ -63,6 +63,13 @@ class PeerTable {
     transport::Transport* t = s.via.load(std::memory_order_acquire);
     return s.id.load(std::memory_order_acquire) == p ? t : nullptr;
   }
+  /// The endpoint's transport reaches `p`'s LMR memory natively
+  /// (TransportSet::native_memory).
+  bool native(NodeId p) const {
+    const Slot& s = at(p);
+    const bool n = s.native.load(std::memory_order_acquire);
+    return s.id.load(std::memory_order_acquire) == p && n;
+  }
   /// Why that transport (lives as long as the engine's TransportSet).
   const char* why(NodeId p) const {
     const Slot& s = at(p);
@@ -95,7 +102,7 @@ class PeerTable {
   /// Caches `ep` (taking ownership) as `p`'s endpoint, retiring the one it
   /// replaces. Caller holds connect_mutex().
   transport::Endpoint* install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
-                               transport::Transport* via, const char* why);
+                               transport::Transport* via, const char* why, bool native);
 
   /// Frees the retired endpoints no caller can hold any more. Cheap when
   /// there are none; the progress thread calls it as it goes.
@@ -109,6 +116,7 @@ class PeerTable {
     std::atomic<transport::Endpoint*> ep{nullptr};
     std::atomic<transport::Transport*> via{nullptr};
     std::atomic<const char*> why{nullptr};
+    std::atomic<bool> native{false};
     std::atomic<bool> down{false};
     std::unique_ptr<transport::Endpoint> owned;  // under connect_mu_ (or retire's lock)
   };

@@ -66,6 +66,17 @@ std::vector<transport::PeerAddress> TransportSet::addresses() const {
   return out;
 }
 
+bool TransportSet::native_memory(const transport::PeerInfo& info,
+                                 const transport::Transport* via) const {
+  if (via == nullptr || via != memory_ || !via->caps().one_sided) return false;
+  const TransportEntry* best = nullptr;
+  for (const transport::PeerAddress& a : info.addresses) {
+    const TransportEntry* e = transport::find_transport(a.transport);
+    if (e != nullptr && e->native_memory && (best == nullptr || e->rank < best->rank)) best = e;
+  }
+  return best != nullptr && std::string_view(best->name) == via->name();
+}
+
 transport::Transport* TransportSet::pick(const transport::PeerInfo& info, const char** why) const {
   const bool same_host = !info.host_id.empty() && info.host_id == host_id_;
   bool have_local = false;

@@ -35,6 +35,10 @@ class TransportSet {
   /// Where LMR memory comes from: the best transport with native one-sided
   /// access (so peers it serves reach LMRs directly), else the first.
   transport::Transport* memory() const { return memory_; }
+  /// True when `via` reaches the memory of the peer `info` natively: `via`
+  /// is this node's memory() transport and the peer's best-ranked
+  /// native-memory transport (so the rkeys it hands out are `via`'s).
+  bool native_memory(const transport::PeerInfo& info, const transport::Transport* via) const;
   /// The smallest max_msg among them: what any message may carry.
   uint32_t max_msg() const { return max_msg_; }
   /// This node's host id (net::host_id()), compared with peers'.

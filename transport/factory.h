@@ -21,6 +21,9 @@ struct TransportEntry {
   bool same_host_only;
   /// Among the transports two peers share, the lowest rank serves them.
   int rank;
+  /// Its alloc_memory regions are reached natively by peers it serves
+  /// (Caps::one_sided): a node's LMRs live in its best-ranked such transport.
+  bool native_memory;
 };
 
 /// Every transport this build has, best rank first.
@@ -37,5 +40,11 @@ Result<std::unique_ptr<Transport>> make_tcp_transport(const TcpConfig& config);
 /// (a power of two in [4 KiB, 1 GiB]) or shm.max_msg_bytes 0, kSys when the
 /// socket, epoll set or memfd cannot be made.
 Result<std::unique_ptr<Transport>> make_shm_transport(const ShmConfig& config);
+
+/// RDMA reliable-connected QPs (transport/verbs/verbs_transport.h): the
+/// device verbs.* picks, a shared receive queue, LMR pools. kNotFound when
+/// there is no usable device (the log says which and why), kUnsupported in
+/// a build without libibverbs.
+Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config);
 
 }  // namespace lt::transport

@@ -48,6 +48,15 @@ struct Caps {  // read once per peer; values the device granted
   ///    ends), like an RDMA remote access error.
   ///  - verbs (later): RDMA WRITE to an MR.
   bool placement = false;
+  /// A one-sided op with an rkey this transport never issued (or of freed
+  /// memory), or without the rights the region was made with, is refused at
+  /// post (kBadHandle, kPerm) and the connection stays (shm: the rkey names
+  /// a region the sender looks up). Without it (rc), such an op fails with
+  /// kPerm and breaks the connection (kPeerLost at both ends), as an RDMA
+  /// remote access error does; proto checks handles, rights and bounds
+  /// before it posts, so only a bug gets there. Bounds are checked at post
+  /// either way.
+  bool rkey_checked = false;
   uint32_t max_inline = 0;
   uint32_t max_msg = 0;  // largest message payload (sum of the sges) a post accepts
   /// Messages up to this size go eager over this transport (copied at both
@@ -70,7 +79,9 @@ struct Sge {
 ///  - shm: `rkey` is MemRegion::rkey of memory the owner made with
 ///    alloc_memory(), and `addr` is a byte OFFSET into that region (0 is its
 ///    first byte), not a pointer. [addr, addr + len) must lie inside it.
-///  - verbs (later): `addr` is the owner's virtual address, `rkey` its MR key.
+///  - rc: `addr` is a byte OFFSET into the region as on shm; `rkey` names
+///    the owner's pool registration and the region's place and size in it
+///    (transport/verbs/mem_pool.h), so bounds are checked at post.
 ///  - placement (Caps::placement; kWrite, on shm also kRead): `rkey` from the
 ///    owner's register_memory() of ordinary memory and `addr` the owner's
 ///    VIRTUAL ADDRESS inside that registration; [addr, addr + len) must lie

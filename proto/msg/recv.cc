@@ -102,8 +102,7 @@ void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey
   } else if (len > 0) {
     EndpointRef ep;
     s = endpoint(from, default_deadline(), &ep);
-    transport::Transport* via = peers_.via(from);
-    if (s.is_ok() && (len > UINT32_MAX || via == nullptr || !via->caps().one_sided)) {
+    if (s.is_ok() && (len > UINT32_MAX || !peers_.native(from))) {
       s = Code::kMalformed;
     }
     if (s.is_ok()) {

@@ -47,7 +47,8 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   // Staged when the transport reads natively but cannot place (no
   // cross-memory attach): placement is one copy and needs no stage, so it
   // goes by the pull below.
-  if (uint64_t off; caps.one_sided && !caps.placement && stage_.alloc(node, len, &off)) {
+  if (uint64_t off;
+      caps.one_sided && !caps.placement && peers_.native(node) && stage_.alloc(node, len, &off)) {
     return send_staged(node, port, buf, len, off, no_request, credit);
   }
   if (no_request) return Code::kUnsupported;  // goes by the pull: the caller uses send_async

@@ -1,6 +1,8 @@
 // The offload path of one-sided operations: where the transport to an LMR's
 // owner has native one-sided access (shm today, verbs RC later), reads,
-// writes and atomics go straight to the owner's memory without waking it.
+// writes and atomics go straight to the owner's memory without waking it,
+// when the transport to it is the one that made its LMR memory
+// (TransportSet::native_memory).
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -13,8 +15,7 @@ using transport::WorkRequest;
 bool Engine::native_endpoint(const Mapping& m, EndpointRef* ep) {
   if (m.rkey == 0 || m.owner == self()) return false;
   if (!endpoint(m.owner, default_deadline(), ep).is_ok()) return false;
-  transport::Transport* via = peers_.via(m.owner);
-  return via != nullptr && via->caps().one_sided;
+  return peers_.native(m.owner);
 }
 
 // One native op on a peer's LMR (rights and bounds were checked against the

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 
@@ -29,7 +30,8 @@ class ThreeNodes : public ::testing::TestWithParam<const char*> {
     }
     for (int i = 0; i < 3; ++i) ids_[i] = id_of(nodes_[i]);
     // Every pair uses the transport the parameter implies.
-    std::string want = std::string(GetParam()) == "tcp" ? "ok tcp" : "ok shm";
+    const std::string param = GetParam();
+    std::string want = param == "tcp" ? "ok tcp" : param == "rc,tcp" ? "ok rc" : "ok shm";
     for (int i = 0; i < 3; ++i) {
       std::string got = nodes_[i]->cmd("transport " + ids_[(i + 1) % 3]);
       ASSERT_EQ(got.rfind(want, 0), 0u) << got;
@@ -40,9 +42,21 @@ class ThreeNodes : public ::testing::TestWithParam<const char*> {
   std::string ids_[3];
 };
 
-INSTANTIATE_TEST_SUITE_P(Transports, ThreeNodes, ::testing::Values("tcp", "shm,tcp"),
+// rc,tcp where an RDMA device is: tests/rdma runs this binary in the
+// Soft-RoCE guest with LTIER_ITEST_RC=1.
+std::vector<const char*> three_node_transports() {
+  std::vector<const char*> v = {"tcp", "shm,tcp"};
+  if (const char* rc = std::getenv("LTIER_ITEST_RC"); rc != nullptr && rc[0] == '1') {
+    v.push_back("rc,tcp");
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ThreeNodes, ::testing::ValuesIn(three_node_transports()),
                          [](const ::testing::TestParamInfo<const char*>& p) {
-                           return std::string(p.param) == "tcp" ? "tcp" : "shm_tcp";
+                           std::string name = p.param;
+                           std::replace(name.begin(), name.end(), ',', '_');
+                           return name;
                          });
 
 TEST_P(ThreeNodes, WriteOnOneNodeReadOnAnother) {

@@ -39,9 +39,9 @@ class RcPair : public ::testing::Test {
   }
 
   // The completion of wr_id, waiting on the completion channel.
-  Completion await(uint64_t wr_id) {
+  WorkCompletion await(uint64_t wr_id) {
     auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    Completion c;
+    WorkCompletion c;
     while (std::chrono::steady_clock::now() < end) {
       if (dev_->poll(&c, 1) == 1) {
         if (c.wr_id == wr_id) return c;
@@ -66,7 +66,7 @@ class RcPair : public ::testing::Test {
 TEST_F(RcPair, WriteThenReadBackEveryByte) {
   for (size_t i = 0; i < 8192; ++i) a_mem_[i] = static_cast<unsigned char>(i * 7 + 1);
   ASSERT_TRUE(qa_->write(1, *a_, 0, b_->addr() + 4096, b_->rkey(), 8192).is_ok());
-  Completion c = await(1);
+  WorkCompletion c = await(1);
   ASSERT_TRUE(c.ok) << c.error;
   EXPECT_EQ(std::memcmp(a_mem_.data(), b_mem_.data() + 4096, 8192), 0);
   // Small writes go inline.
@@ -107,7 +107,7 @@ TEST_F(RcPair, AtomicsReturnTheOldValue) {
 TEST_F(RcPair, BadAccessFailsTheOperationClearly) {
   // A wrong rkey: the responder refuses, the requester's QP reports it.
   ASSERT_TRUE(qa_->write(1, *a_, 0, b_->addr(), b_->rkey() ^ 0x1234, 64).is_ok());
-  Completion c = await(1);
+  WorkCompletion c = await(1);
   EXPECT_FALSE(c.ok);
   EXPECT_NE(c.error.find("remote access"), std::string::npos) << c.error;
   std::string why;

@@ -36,6 +36,7 @@ Status ShmTransport::init() {
   max_single_ = r / 4 - kRecHdr;
   caps_.reliable = true;
   caps_.one_sided = true;
+  caps_.rkey_checked = true;
   caps_.write_imm = true;
   caps_.atomics64 = true;
   caps_.needs_registration = true;  // peers reach only alloc_memory regions

@@ -79,31 +79,6 @@ Status TcpTransport::init() {
   return Status::ok();
 }
 
-namespace {
-constexpr std::string_view kHelloLabel = "ltier tcp hello v1";
-constexpr size_t kHelloSigned = offsetof(HelloBody, mac);
-Mac hello_mac(const HelloBody& h, const Mac& key) {
-  return hmac(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
-              {as_bytes(kHelloLabel),
-               std::span<const std::byte>(reinterpret_cast<const std::byte*>(&h), kHelloSigned)});
-}
-}  // namespace
-
-HelloBody make_hello(NodeId node, NodeId to, uint64_t token, uint64_t counter, const Mac& key) {
-  HelloBody h{};
-  h.node = node;
-  h.to = to;
-  h.cluster_token = token;
-  h.counter = counter;
-  Mac m = hello_mac(h, key);
-  std::memcpy(h.mac, m.data(), m.size());
-  return h;
-}
-
-bool hello_mac_ok(const HelloBody& h, const Mac& key) {
-  return same_mac(std::span<const std::byte>(h.mac, kMacBytes), hello_mac(h, key));
-}
-
 void TcpTransport::set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) {
   hello_key_ = hello_key;
   token_.store(cluster_token, std::memory_order_release);
@@ -240,18 +215,7 @@ bool TcpTransport::handle_hello(Conn* c, std::span<const std::byte> body) {
   if (body.size() != sizeof(HelloBody) || token == 0) return false;
   HelloBody h;
   std::memcpy(&h, body.data(), sizeof(h));
-  const NodeId self = self_.load();
-  if (h.cluster_token != token || h.to != self || h.node == kNoNode || h.node == self ||
-      !hello_mac_ok(h, hello_key_)) {
-    return false;
-  }
-  HelloSeen& seen = hello_seen_[node_slot(h.node)];
-  if (h.node < seen.node || (h.node == seen.node && h.counter <= seen.counter)) {
-    LT_WARN("tcp: refused a replayed or stale hello from node %u (counter %llu)", h.node,
-            static_cast<unsigned long long>(h.counter));
-    return false;
-  }
-  seen = {h.node, h.counter};
+  if (!hellos_.accept(h, self_.load(), token, hello_key_)) return false;
   c->peer_.store(h.node);
   c->hello_done_ = true;
   conns_.identify(c, h.node);

@@ -26,27 +26,21 @@
 #include "common/time.h"
 #include "common/wire.h"
 #include "transport/conn_table.h"
+#include "transport/hello.h"
 #include "transport/transport.h"
 
 namespace lt::transport::tcp {
 
-/// Body of the kHello frame that opens every peer connection. The MAC,
-/// keyed by the cluster's hello key (derived from the secret, so the token,
-/// which crosses the wire, is not enough to forge one), covers the fields
-/// before it. `counter` grows with every hello a transport sends; a receiver
-/// refuses a hello whose counter is not above the last it accepted from that
-/// node, so a captured hello cannot be replayed.
-struct HelloBody {
-  uint32_t node;           // sender's node id (from ltier-manager)
-  uint32_t to;             // the node the sender means to reach: any other refuses
-                           // (an address now served by another process)
-  uint64_t cluster_token;  // token handed out by ltier-manager at join
-  uint64_t counter;
-  std::byte mac[kMacBytes];
-};
-static_assert(sizeof(HelloBody) == 56);
-HelloBody make_hello(NodeId node, NodeId to, uint64_t token, uint64_t counter, const Mac& key);
-bool hello_mac_ok(const HelloBody& h, const Mac& key);
+/// Body of the kHello frame that opens every peer connection (transport/hello.h).
+inline constexpr std::string_view kHelloLabel = "ltier tcp hello v1";
+using transport::HelloBody;
+inline HelloBody make_hello(NodeId node, NodeId to, uint64_t token, uint64_t counter,
+                            const Mac& key) {
+  return transport::make_hello(kHelloLabel, node, to, token, counter, key);
+}
+inline bool hello_mac_ok(const HelloBody& h, const Mac& key) {
+  return transport::hello_mac_ok(kHelloLabel, h, key);
+}
 
 class Conn;
 
@@ -130,13 +124,7 @@ class TcpTransport final : public Transport {
   std::atomic<uint64_t> token_{0};
   Mac hello_key_{};                         // written before token_, read after it
   std::atomic<uint64_t> hello_counter_{0};  // the last counter sent
-  // Poller only: per node slot, the node and the last hello counter accepted
-  // from it. A hello from an older node of the slot is refused (it is gone).
-  struct HelloSeen {
-    NodeId node = kNoNode;
-    uint64_t counter = 0;
-  };
-  std::vector<HelloSeen> hello_seen_ = std::vector<HelloSeen>(kNodeSlots);
+  HelloCheck hellos_{kHelloLabel};          // poller only
   std::atomic<uint64_t> malformed_{0};
 
   ConnTable<Conn> conns_;

@@ -252,7 +252,7 @@ Result<Choice> choose(const std::vector<DeviceInfo>& devices, const VerbsConfig&
       return Code::kNotFound;
     }
   }
-  return Choice{dev->name, port->num, *gid, port->active_mtu};
+  return Choice{dev->name, port->num, *gid, port->active_mtu, dev->numa_node};
 }
 
 }  // namespace lt::transport::verbs

@@ -57,6 +57,7 @@ struct Choice {
   uint32_t port = 0;
   GidInfo gid;
   uint32_t mtu = 0;
+  int numa_node = -1;  // the device's, -1 when unknown
 };
 
 /// The device, port and GID `config` leads to; kNotFound (or kInvalidArg for

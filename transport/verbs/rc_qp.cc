@@ -36,7 +36,8 @@ Result<std::unique_ptr<RcQp>> RcQp::create(VerbsDevice& dev, const RcOptions& o,
   q->opts_ = o;
   ibv_qp_init_attr a{};
   a.send_cq = dev.cq();
-  a.recv_cq = dev.cq();
+  a.recv_cq = dev.recv_cq();
+  a.srq = dev.srq();
   a.qp_type = IBV_QPT_RC;
   a.sq_sig_all = 0;
   a.cap.max_send_wr = o.send_depth;
@@ -45,6 +46,7 @@ Result<std::unique_ptr<RcQp>> RcQp::create(VerbsDevice& dev, const RcOptions& o,
   a.cap.max_recv_sge = 1;
   a.cap.max_inline_data = o.inline_bytes;
   q->qp_ = ibv_create_qp(dev.pd(), &a);
+  if (q->qp_ != nullptr) q->max_inline_ = a.cap.max_inline_data;
   if (q->qp_ == nullptr) {
     *why = "ibv_create_qp (RC, " + std::to_string(o.send_depth) + " sends) on " +
            dev.choice().device + ": " + std::strerror(errno);
@@ -58,6 +60,12 @@ Result<std::unique_ptr<RcQp>> RcQp::create(VerbsDevice& dev, const RcOptions& o,
   q->local_.lid = dev.lid();
   q->local_.mtu = dev.choice().mtu;
   return q;
+}
+
+void RcQp::to_error() {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  ibv_modify_qp(qp_, &a, IBV_QP_STATE);
 }
 
 RcQp::~RcQp() {
@@ -135,7 +143,7 @@ Status RcQp::rdma(int opcode, uint64_t wr_id, const Region& local, uint64_t loff
   wr.num_sge = 1;
   wr.opcode = static_cast<ibv_wr_opcode>(opcode);
   wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-  if (opcode == IBV_WR_RDMA_WRITE && len <= opts_.inline_bytes) wr.send_flags |= IBV_SEND_INLINE;
+  if (opcode == IBV_WR_RDMA_WRITE && len <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
   wr.wr.rdma.remote_addr = raddr;
   wr.wr.rdma.rkey = rkey;
   return post(qp_, &wr);

@@ -49,6 +49,12 @@ class RcQp {
   RcQp& operator=(const RcQp&) = delete;
 
   QpAddress local() const { return local_; }
+  ibv_qp* raw() const { return qp_; }
+  /// Bytes a post may send inline, as the device granted.
+  uint32_t max_inline() const { return max_inline_; }
+  /// Moves the QP to the error state: what is in flight completes with a
+  /// flush error, and nothing more goes out.
+  void to_error();
   /// INIT, RTR towards `remote`, RTS. kInvalidArg with *why naming the
   /// device, port, GID index and MTU when the device refuses a step.
   Status connect(const QpAddress& remote, std::string* why);
@@ -73,6 +79,7 @@ class RcQp {
   RcOptions opts_;
   ibv_qp* qp_ = nullptr;
   QpAddress local_;
+  uint32_t max_inline_ = 0;
 };
 
 }  // namespace lt::transport::verbs

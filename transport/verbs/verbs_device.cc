@@ -1,5 +1,6 @@
 #include "transport/verbs/verbs_device.h"
 
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 
@@ -18,7 +19,7 @@ std::string where(const Choice& c) {
 }  // namespace
 
 Result<std::unique_ptr<VerbsDevice>> VerbsDevice::open(const Choice& choice, uint32_t cq_entries,
-                                                       std::string* why) {
+                                                       std::string* why, uint32_t srq_depth) {
   std::unique_ptr<VerbsDevice> d(new VerbsDevice());
   d->choice_ = choice;
   int n = 0;
@@ -53,17 +54,35 @@ Result<std::unique_ptr<VerbsDevice>> VerbsDevice::open(const Choice& choice, uin
            " entries on " + where(choice) + ": " + std::strerror(errno);
     return Code::kNoMemory;
   }
+  ibv_device_attr da{};
+  if (ibv_query_device(d->ctx_, &da) == 0) d->max_cqe_ = static_cast<uint32_t>(da.max_cqe);
+  if (srq_depth > 0) {
+    d->recv_cq_ = ibv_create_cq(d->ctx_, static_cast<int>(srq_depth), nullptr, d->channel_, 0);
+    ibv_srq_init_attr sa{};
+    sa.attr.max_wr = srq_depth;
+    sa.attr.max_sge = 1;
+    d->srq_ = d->recv_cq_ != nullptr ? ibv_create_srq(d->pd_, &sa) : nullptr;
+    if (d->srq_ == nullptr) {
+      *why = "cannot make a shared receive queue of " + std::to_string(srq_depth) + " on " +
+             where(choice) + ": " + std::strerror(errno) + " (verbs.recv_buffers)";
+      return Code::kNoMemory;
+    }
+  }
+  int fl = fcntl(d->channel_->fd, F_GETFL);
+  fcntl(d->channel_->fd, F_SETFL, fl | O_NONBLOCK);
   return d;
 }
 
 VerbsDevice::~VerbsDevice() {
+  if (srq_ != nullptr) ibv_destroy_srq(srq_);
+  if (recv_cq_ != nullptr) ibv_destroy_cq(recv_cq_);
   if (cq_ != nullptr) ibv_destroy_cq(cq_);
   if (channel_ != nullptr) ibv_destroy_comp_channel(channel_);
   if (pd_ != nullptr) ibv_dealloc_pd(pd_);
   if (ctx_ != nullptr) ibv_close_device(ctx_);
 }
 
-int VerbsDevice::poll(Completion* out, int max) {
+int VerbsDevice::poll(WorkCompletion* out, int max) {
   ibv_wc wc[16];
   int n = ibv_poll_cq(cq_, std::min(max, 16), wc);
   for (int i = 0; i < n; ++i) {
@@ -75,24 +94,35 @@ int VerbsDevice::poll(Completion* out, int max) {
   return n;
 }
 
-bool VerbsDevice::arm() { return ibv_req_notify_cq(cq_, 0) == 0; }
+bool VerbsDevice::arm() {
+  bool ok = ibv_req_notify_cq(cq_, 0) == 0;
+  if (recv_cq_ != nullptr) ok = ibv_req_notify_cq(recv_cq_, 0) == 0 && ok;
+  return ok;
+}
+
+int VerbsDevice::channel_fd() const { return channel_->fd; }
+
+bool VerbsDevice::drain_events() {
+  bool any = false;
+  ibv_cq* cq;
+  void* ctx;
+  while (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
+    ibv_ack_cq_events(cq, 1);
+    any = true;
+  }
+  return any;
+}
 
 bool VerbsDevice::block(int timeout_ms) {
   pollfd p{channel_->fd, POLLIN, 0};
   if (::poll(&p, 1, timeout_ms) <= 0) return false;
-  ibv_cq* cq;
-  void* ctx;
-  if (ibv_get_cq_event(channel_, &cq, &ctx) != 0) return false;
-  ibv_ack_cq_events(cq, 1);
-  return true;
+  return drain_events();
 }
 
-Result<std::unique_ptr<Region>> Region::make(VerbsDevice& dev, void* addr, size_t len,
-                                             std::string* why) {
+Result<std::unique_ptr<Region>> Region::make_with(VerbsDevice& dev, void* addr, size_t len,
+                                                  int access, std::string* why) {
   std::unique_ptr<Region> r(new Region());
-  r->mr_ = ibv_reg_mr(dev.pd(), addr, len,
-                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                          IBV_ACCESS_REMOTE_ATOMIC);
+  r->mr_ = ibv_reg_mr(dev.pd(), addr, len, access);
   if (r->mr_ == nullptr) {
     *why = "ibv_reg_mr of " + std::to_string(len) + " bytes on " + dev.choice().device + ": " +
            std::strerror(errno) + " (locked-memory limit? ulimit -l)";
@@ -101,6 +131,19 @@ Result<std::unique_ptr<Region>> Region::make(VerbsDevice& dev, void* addr, size_
   r->addr_ = addr;
   r->len_ = len;
   return r;
+}
+
+Result<std::unique_ptr<Region>> Region::make(VerbsDevice& dev, void* addr, size_t len,
+                                             std::string* why) {
+  return make_with(dev, addr, len,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                       IBV_ACCESS_REMOTE_ATOMIC,
+                   why);
+}
+
+Result<std::unique_ptr<Region>> Region::make_local(VerbsDevice& dev, void* addr, size_t len,
+                                                   std::string* why) {
+  return make_with(dev, addr, len, IBV_ACCESS_LOCAL_WRITE, why);
 }
 
 Region::~Region() {

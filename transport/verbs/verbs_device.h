@@ -19,11 +19,12 @@ struct ibv_pd;
 struct ibv_cq;
 struct ibv_mr;
 struct ibv_comp_channel;
+struct ibv_srq;
 
 namespace lt::transport::verbs {
 
 /// A completion, as a transport sees it.
-struct Completion {
+struct WorkCompletion {
   uint64_t wr_id = 0;
   bool ok = false;
   std::string error;  // ibv_wc_status_str when !ok
@@ -32,10 +33,11 @@ struct Completion {
 
 class VerbsDevice {
  public:
-  /// Opens `choice` (from choose()): the device, a PD, a completion channel
-  /// and a CQ of `cq_entries`.
+  /// Opens `choice` (from choose()): the device, a PD, a completion channel,
+  /// a send CQ of `cq_entries`, and, when srq_depth > 0, a shared receive
+  /// queue of that depth with its own CQ (both CQs on the one channel).
   static Result<std::unique_ptr<VerbsDevice>> open(const Choice& choice, uint32_t cq_entries,
-                                                   std::string* why);
+                                                   std::string* why, uint32_t srq_depth = 0);
   ~VerbsDevice();
   VerbsDevice(const VerbsDevice&) = delete;
   VerbsDevice& operator=(const VerbsDevice&) = delete;
@@ -44,11 +46,21 @@ class VerbsDevice {
   ibv_context* context() const { return ctx_; }
   ibv_pd* pd() const { return pd_; }
   ibv_cq* cq() const { return cq_; }
+  /// The receive CQ (the send CQ when there is no SRQ) and the SRQ (or null).
+  ibv_cq* recv_cq() const { return recv_cq_ != nullptr ? recv_cq_ : cq_; }
+  ibv_srq* srq() const { return srq_; }
+  /// The completion channel's fd (non-blocking): readable when an armed CQ
+  /// has a completion.
+  int channel_fd() const;
+  /// Takes and acknowledges the channel's pending events; false when none.
+  bool drain_events();
+  /// The largest CQ the device allows.
+  uint32_t max_cqe() const { return max_cqe_; }
   /// The chosen GID's 16 bytes and the port's LID (InfiniBand; 0 on RoCE).
   const std::array<uint8_t, 16>& gid() const { return gid_; }
   uint16_t lid() const { return lid_; }
   /// Up to `max` completions, without blocking; -1 when polling failed.
-  int poll(Completion* out, int max);
+  int poll(WorkCompletion* out, int max);
   /// Sleeping on the CQ: arm(), poll() once more (a completion may have
   /// come before the arming), and only if that finds none, block() until the
   /// channel fires or timeout_ms passes (false).
@@ -64,6 +76,9 @@ class VerbsDevice {
   ibv_pd* pd_ = nullptr;
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
+  ibv_cq* recv_cq_ = nullptr;
+  ibv_srq* srq_ = nullptr;
+  uint32_t max_cqe_ = 0;
 };
 
 /// Memory registered for local and remote access.
@@ -71,6 +86,9 @@ class Region {
  public:
   static Result<std::unique_ptr<Region>> make(VerbsDevice& dev, void* addr, size_t len,
                                               std::string* why);
+  /// Local access only (send rings, receive buffers).
+  static Result<std::unique_ptr<Region>> make_local(VerbsDevice& dev, void* addr, size_t len,
+                                                    std::string* why);
   ~Region();
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
@@ -81,6 +99,8 @@ class Region {
 
  private:
   Region() = default;
+  static Result<std::unique_ptr<Region>> make_with(VerbsDevice& dev, void* addr, size_t len,
+                                                   int access, std::string* why);
   ibv_mr* mr_ = nullptr;
   void* addr_ = nullptr;
   size_t len_ = 0;

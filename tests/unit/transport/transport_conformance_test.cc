@@ -533,6 +533,9 @@ TEST_P(TransportConformance, OneSidedOutOfBoundsTouchesNothing) {
 
 TEST_P(TransportConformance, OneSidedBadRkeyIsRefused) {
   if (!caps().one_sided) GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
+  if (!caps().rkey_checked) {
+    GTEST_SKIP() << GetParam().name << " checks rkeys at the owner: see OneSidedBadRkeyBreaks";
+  }
   MemRegion mr = alloc_on(b_, 4096);
   std::vector<std::byte> plain(4096);
   auto reg = b_->t->register_memory(plain, Access::kLocal);
@@ -558,8 +561,30 @@ TEST_P(TransportConformance, OneSidedBadRkeyIsRefused) {
   EXPECT_EQ(std::memcmp(mr.addr, src.data(), 8), 0);
 }
 
+// Without Caps::rkey_checked (rc), a bad rkey is a remote access error: the
+// op fails, both ends lose the connection, and a new one works.
+TEST_P(TransportConformance, OneSidedBadRkeyBreaks) {
+  if (!caps().one_sided || caps().rkey_checked) {
+    GTEST_SKIP() << GetParam().name << " refuses bad rkeys at post";
+  }
+  MemRegion mr = alloc_on(b_, 4096);
+  auto src = pattern(8, 36);
+  const uint64_t bad = mr.rkey ^ 0xff00;  // another MR key, same slice bounds
+  auto r = ab_->post(std::vector<WorkRequest>{rdma_wr(Op::kWrite, 1, src.data(), 8, 0, bad)});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_TRUE(r.status().code() == Code::kPerm || r.status().code() == Code::kPeerDown)
+      << r.status().name();
+  ASSERT_TRUE(pump_until([&] { return !a_->lost.empty() && !b_->lost.empty(); }));
+  EXPECT_FALSE(ab_->alive());
+  auto again = connect(a_, b_);
+  ASSERT_NE(again, nullptr);
+  ASSERT_TRUE(post_one(again.get(), rdma_wr(Op::kWrite, 1, src.data(), 8, 0, mr.rkey)).is_ok());
+  EXPECT_EQ(std::memcmp(mr.addr, src.data(), 8), 0);
+}
+
 TEST_P(TransportConformance, OneSidedRightsAreChecked) {
   if (!caps().one_sided) GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
+  if (!caps().rkey_checked) GTEST_SKIP() << GetParam().name << " leaves rights to proto's handles";
   MemRegion ro = alloc_on(b_, 4096, Access::kRemoteRead);
   fill_pattern(ro.addr, 64, 34);
   auto src = pattern(64, 35);
@@ -1032,13 +1057,22 @@ TEST_P(TransportConformance, PlacedWritesInterleavedWithSendsKeepOrder) {
   b_->on_rx = nullptr;
 }
 
+#ifdef LTIER_CONFORMANCE_RC
+// Built into tests/rdma's binary, which runs where an RDMA device is (the
+// Soft-RoCE guest).
+INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance,
+                         ::testing::Values(TransportKind{"rc", &make_rc, &rc_peer},
+                                           TransportKind{"rc_small_ring", &make_rc_small_ring,
+                                                         &rc_peer, true}),
+#else
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformance,
     ::testing::Values(TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
                       TransportKind{"shm_small_ring", &make_shm_small_ring, &shm_peer, true}),
-    [](const ::testing::TestParamInfo<TransportKind>& info) {
-      return std::string(info.param.name);
-    });
+#endif
+                         [](const ::testing::TestParamInfo<TransportKind>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // tcp only: what arrives on the listening port from something that is not an
 // ltier transport. "Receive X / Expect Y": a raw socket writes X; the

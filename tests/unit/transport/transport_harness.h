@@ -97,6 +97,27 @@ inline Result<std::unique_ptr<Transport>> make_shm_small_ring() {
   return make_shm_transport(c);
 }
 
+inline PeerInfo rc_peer(NodeId node, const std::string& address) {
+  return PeerInfo{node, "", {{"rc", address}}};
+}
+
+inline Result<std::unique_ptr<Transport>> make_rc() {
+  Config c;
+  c.verbs.max_msg_bytes = kTestMaxMsg;
+  return make_rc_transport(c);
+}
+
+// A send ring of 32 KiB and 16 work requests per QP: back-pressure, ring
+// wrap-around and the fragment backlog within a few messages.
+inline Result<std::unique_ptr<Transport>> make_rc_small_ring() {
+  Config c;
+  c.verbs.max_msg_bytes = kTestMaxMsg;
+  c.verbs.send_ring_bytes = 32 * 1024;
+  c.verbs.send_depth = 16;
+  c.verbs.recv_buffer_bytes = 4096;
+  return make_rc_transport(c);
+}
+
 // Deterministic message contents: byte j of the message with `seed`.
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

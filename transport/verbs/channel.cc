@@ -1,0 +1,375 @@
+#include "transport/verbs/channel.h"
+
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "transport/verbs/mem_pool.h"
+#include "transport/verbs/verbs_transport.h"
+
+namespace lt::transport::verbs {
+
+Channel::Channel(VerbsTransport* t, VerbsConn* conn, std::unique_ptr<RcQp> qp, MemRegion ring,
+                 MemRegion bounce, uint32_t depth)
+    : t_(t),
+      conn_(conn),
+      qp_(std::move(qp)),
+      ring_(ring),
+      bounce_(bounce),
+      depth_(depth),
+      wqes_(new Wqe[depth]) {}
+
+Channel::~Channel() {
+  qp_.reset();
+  t_->local_pools().free(ring_);
+  t_->local_pools().free(bounce_);
+}
+
+uint32_t Channel::in_flight() const {
+  std::lock_guard<SpinLock> g(const_cast<SpinLock&>(mu_));
+  return next_seq_ - done_seq_.load(std::memory_order_relaxed);
+}
+
+void Channel::fail() {
+  if (failed_.exchange(true, std::memory_order_acq_rel)) return;
+  qp_->to_error();
+}
+
+bool Channel::room_locked(uint32_t len) const {
+  if (next_seq_ - done_seq_.load(std::memory_order_relaxed) >= depth_ - 1) return false;
+  if (!t_->cq_room()) return false;
+  if (len == 0) return true;
+  const uint32_t size = static_cast<uint32_t>(ring_.len);
+  const uint32_t pos = ring_head_ % size;
+  const uint32_t pad = pos + len > size ? size - pos : 0;
+  return (ring_head_ - ring_tail_) + pad + len <= size;
+}
+
+// One SEND of the parts gathered; `imm` frames it. Copied into the ring
+// unless it fits inline. Signaled when asked (report), or when the queue or
+// the ring is half full after it.
+Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32_t* lens,
+                                     int nparts, uint32_t imm, bool last, uint64_t wr_id,
+                                     bool report) {
+  uint32_t len = 0;
+  for (int i = 0; i < nparts; ++i) len += lens[i];
+  const bool inline_ok = len <= t_->caps().max_inline;
+  ibv_sge sge[kMaxSge];
+  int nsge = 0;
+  const uint32_t size = static_cast<uint32_t>(ring_.len);
+  if (inline_ok) {
+    for (int i = 0; i < nparts; ++i) {
+      if (lens[i] == 0) continue;
+      sge[nsge++] = {reinterpret_cast<uint64_t>(parts[i]), lens[i], 0};
+    }
+  } else {
+    uint32_t pos = ring_head_ % size;
+    if (pos + len > size) {
+      ring_head_ += size - pos;
+      pos = 0;
+    }
+    std::byte* dst = ring_.addr + pos;
+    for (int i = 0; i < nparts; ++i) {
+      std::memcpy(dst, parts[i], lens[i]);
+      dst += lens[i];
+    }
+    ring_head_ += len;
+    sge[nsge++] = {reinterpret_cast<uint64_t>(ring_.addr + pos), len, ring_.lkey};
+  }
+  const uint32_t seq = next_seq_;
+  Wqe& w = wqes_[seq % depth_];
+  w.user_wr_id = wr_id;
+  w.ring_end = ring_head_;
+  w.report = report && last;
+  w.done.store(0, std::memory_order_relaxed);
+  const uint32_t queued = seq + 1 - done_seq_.load(std::memory_order_relaxed);
+  const bool signal = w.report || queued >= depth_ / 2 || (ring_head_ - ring_tail_) >= size / 2 ||
+                      ++since_signal_ >= 64;
+  ibv_send_wr wr{};
+  wr.wr_id = make_wr_id(seq);
+  wr.sg_list = nsge != 0 ? sge : nullptr;
+  wr.num_sge = nsge;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(imm);
+  wr.send_flags = (signal ? IBV_SEND_SIGNALED : 0) | (inline_ok && len != 0 ? IBV_SEND_INLINE : 0);
+  ibv_send_wr* bad = nullptr;
+  if (int rc = ibv_post_send(qp_->raw(), &wr, &bad); rc != 0) {
+    LT_WARN("rc: ibv_post_send to node %u: %s", conn_->peer(), std::strerror(rc));
+    return Code::kPeerDown;
+  }
+  if (signal) since_signal_ = 0;
+  next_seq_ = seq + 1;
+  t_->count_posted(1);
+  return Status::ok();
+}
+
+Status Channel::post_whole_locked(const WorkRequest& wr) {
+  const std::byte* parts[kMaxSge];
+  uint32_t lens[kMaxSge];
+  for (int i = 0; i < wr.num_sge; ++i) {
+    parts[i] = wr.sge[i].addr;
+    lens[i] = wr.sge[i].len;
+  }
+  return post_fragment_locked(parts, lens, wr.num_sge, kImmWhole, true, wr.wr_id,
+                              (wr.flags & kWrSignaled) != 0);
+}
+
+void Channel::enqueue_locked(const WorkRequest& wr, uint32_t len) {
+  Pending p;
+  p.data.resize(len);
+  std::byte* dst = p.data.data();
+  for (int i = 0; i < wr.num_sge; ++i) {
+    if (wr.sge[i].len != 0) std::memcpy(dst, wr.sge[i].addr, wr.sge[i].len);
+    dst += wr.sge[i].len;
+  }
+  p.wr_id = wr.wr_id;
+  p.report = (wr.flags & kWrSignaled) != 0;
+  backlog_.push_back(std::move(p));
+  backlog_size_.fetch_add(1, std::memory_order_release);
+}
+
+Result<bool> Channel::post_message(const WorkRequest& wr) {
+  if (failed()) return Status(Code::kPeerDown);
+  uint32_t len = 0;
+  for (int i = 0; i < wr.num_sge; ++i) len += wr.sge[i].len;
+  const uint32_t frag = t_->fragment_bytes();
+  std::lock_guard<SpinLock> g(mu_);
+  if (backlog_.empty() && len <= frag && room_locked(len <= t_->caps().max_inline ? 0 : len)) {
+    LT_RETURN_IF_ERROR(post_whole_locked(wr));
+    return true;
+  }
+  // A large message (in fragments), or a reply that may not be refused,
+  // waits in the backlog; anything else is back-pressure.
+  const bool must = (wr.flags & kWrMustQueue) != 0;
+  if (!must && (len <= frag || !backlog_.empty())) return false;
+  enqueue_locked(wr, len);
+  pump_locked();
+  t_->note_backlog(this);
+  return true;
+}
+
+// Posts backlog fragments while there is room; true when the backlog emptied.
+bool Channel::pump_locked() {
+  const uint32_t frag = t_->fragment_bytes();
+  while (!backlog_.empty()) {
+    Pending& p = backlog_.front();
+    const size_t total = p.data.size();
+    do {
+      const uint32_t n = static_cast<uint32_t>(std::min<size_t>(frag, total - p.sent));
+      if (!room_locked(n <= t_->caps().max_inline ? 0 : n)) return false;
+      const bool whole = p.sent == 0 && n == total;
+      const uint32_t imm = whole         ? kImmWhole
+                           : p.sent == 0 ? kImmFirst | static_cast<uint32_t>(total)
+                                         : kImmMore;
+      const std::byte* part = p.data.data() + p.sent;
+      const bool last = p.sent + n == total;
+      if (!post_fragment_locked(&part, &n, 1, imm, last, p.wr_id, p.report).is_ok()) {
+        backlog_.clear();
+        backlog_size_.store(0, std::memory_order_release);
+        return true;
+      }
+      p.sent += n;
+    } while (p.sent < total);
+    backlog_.pop_front();
+    backlog_size_.fetch_sub(1, std::memory_order_release);
+  }
+  return true;
+}
+
+void Channel::pump() {
+  std::lock_guard<SpinLock> g(mu_);
+  if (failed()) {
+    backlog_.clear();
+    backlog_size_.store(0, std::memory_order_release);
+    return;
+  }
+  pump_locked();
+}
+
+void Channel::on_completion(const ibv_wc& wc) {
+  const uint32_t seq = static_cast<uint32_t>(wc.wr_id);
+  Wqe& w = wqes_[seq % depth_];
+  Code code = Code::kOk;
+  if (wc.status != IBV_WC_SUCCESS) {
+    code = wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_LOC_PROT_ERR ? Code::kPerm
+                                                                                  : Code::kPeerDown;
+    if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+      LT_WARN("rc: a work request to node %u failed: %s", conn_->peer(),
+              ibv_wc_status_str(wc.status));
+    }
+    t_->break_conn(conn_);
+  }
+  bool report = false;
+  uint64_t user = 0;
+  {
+    std::lock_guard<SpinLock> g(mu_);
+    // Completions come in order; an unsignaled request completes only when
+    // it failed (flushed), and a later signaled one covers it otherwise.
+    const uint32_t done = done_seq_.load(std::memory_order_relaxed);
+    if (seq - done < next_seq_ - done) {
+      ring_tail_ = w.ring_end;
+      done_seq_.store(seq + 1, std::memory_order_release);
+      t_->count_done(seq + 1 - done);
+    }
+    report = w.report;
+    user = w.user_wr_id;
+    w.report = false;
+  }
+  w.status.store(static_cast<int>(code), std::memory_order_relaxed);
+  w.done.store(uint64_t{seq} + 1, std::memory_order_release);
+  if (report) t_->report_send_done(user, code);
+}
+
+// Polls the send CQ (as any thread may) until request `seq` completed.
+// Spins first, then yields, then sleeps in growing steps: on 2 cores the
+// poller or the peer may need this core. A failed channel whose request
+// never completes gives up after kFailWaitNs (its QP is in error; the
+// completion is a flush the device should have made).
+Status Channel::wait_for(uint32_t seq) {
+  Wqe& w = wqes_[seq % depth_];
+  const uint64_t start = now_ns();
+  uint64_t failed_at = 0;
+  for (uint32_t i = 0;; ++i) {
+    if (w.done.load(std::memory_order_acquire) == uint64_t{seq} + 1) {
+      return static_cast<Code>(w.status.load(std::memory_order_relaxed));
+    }
+    t_->poll_send_cq();
+    if (i < 64) continue;
+    const uint64_t now = now_ns();
+    if (failed()) {
+      if (failed_at == 0) failed_at = now;
+      if (now - failed_at > 2'000'000'000ull) return Code::kPeerDown;
+    }
+    if (now - start < 20'000) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(now - start < 1'000'000 ? 5 : 50));
+    }
+  }
+}
+
+// One signaled one-sided request of `len` bytes at remote offset `roff`
+// from/to `local` (lkey). Waits for it.
+Status Channel::execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t local, uint32_t lkey,
+                              uint32_t len) {
+  uint32_t rkey = 0;
+  uint64_t raddr = 0;
+  if (!decode_rkey(wr.remote.rkey, roff, len, &rkey, &raddr)) return Code::kOutOfBounds;
+  ibv_sge sge{local, len, lkey};
+  ibv_send_wr s{};
+  s.sg_list = len != 0 ? &sge : nullptr;
+  s.num_sge = len != 0 ? 1 : 0;
+  s.send_flags = IBV_SEND_SIGNALED;
+  switch (wr.op) {
+    case Op::kRead:
+      s.opcode = IBV_WR_RDMA_READ;
+      break;
+    case Op::kWrite:
+      s.opcode = IBV_WR_RDMA_WRITE;
+      break;
+    case Op::kWriteImm:
+      s.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      s.imm_data = htonl(wr.imm);
+      break;
+    case Op::kFetchAdd:
+    case Op::kCmpSwap:
+      s.opcode = wr.op == Op::kFetchAdd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+      s.wr.atomic.remote_addr = raddr;
+      s.wr.atomic.rkey = rkey;
+      s.wr.atomic.compare_add = wr.op == Op::kFetchAdd ? wr.operand : wr.compare;
+      s.wr.atomic.swap = wr.operand;
+      break;
+    default:
+      return Code::kUnsupported;
+  }
+  if (wr.op != Op::kFetchAdd && wr.op != Op::kCmpSwap) {
+    s.wr.rdma.remote_addr = raddr;
+    s.wr.rdma.rkey = rkey;
+  }
+  uint32_t seq = 0;
+  for (;;) {
+    {
+      std::lock_guard<SpinLock> g(mu_);
+      if (failed()) return Code::kPeerDown;
+      if (room_locked(0)) {
+        seq = next_seq_;
+        Wqe& w = wqes_[seq % depth_];
+        w.user_wr_id = 0;
+        w.ring_end = ring_head_;
+        w.report = false;
+        w.done.store(0, std::memory_order_relaxed);
+        s.wr_id = make_wr_id(seq);
+        ibv_send_wr* bad = nullptr;
+        if (ibv_post_send(qp_->raw(), &s, &bad) != 0) return Code::kPeerDown;
+        next_seq_ = seq + 1;
+        since_signal_ = 0;
+        break;
+      }
+    }
+    t_->poll_send_cq();
+    sched_yield();
+  }
+  t_->count_posted(1);
+  return wait_for(seq);
+}
+
+Status Channel::execute(const WorkRequest& wr) {
+  const bool atomic = wr.op == Op::kFetchAdd || wr.op == Op::kCmpSwap;
+  uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sge[i].len;
+  if (atomic) {
+    if (wr.num_sge < 1 || wr.sge[0].len < 8) return Code::kInvalidArg;
+    total = 8;
+  }
+  // Zero bytes need no region: only a WRITE_WITH_IMM's immediate travels.
+  if (wr.remote.rkey == 0 && !(total == 0 && wr.op == Op::kWriteImm)) return Code::kBadHandle;
+  uint32_t rk = 0;
+  uint64_t ra = 0;
+  if (!decode_rkey(wr.remote.rkey, wr.remote.addr, total, &rk, &ra)) return Code::kOutOfBounds;
+  if (atomic && wr.remote.addr % 8 != 0) return Code::kAlign;
+  const bool read = wr.op == Op::kRead || atomic;
+  std::lock_guard<std::mutex> g(bounce_mu_);
+  uint64_t roff = wr.remote.addr;
+  if (total == 0) {
+    return execute_chunk(wr, roff, reinterpret_cast<uint64_t>(bounce_.addr), bounce_.lkey, 0);
+  }
+  for (int i = 0; i < wr.num_sge; ++i) {
+    std::byte* local = const_cast<std::byte*>(wr.sge[i].addr);
+    uint32_t left = atomic ? 8 : wr.sge[i].len;
+    // Registered memory is used in place: the caller's (sge lkey, registered
+    // at its virtual address) or an LMR pool's (named by its offset).
+    uint64_t laddr = reinterpret_cast<uint64_t>(local);
+    uint32_t lkey = t_->pools().lkey_of(local, left, &laddr);
+    if (lkey == 0) lkey = wr.sge[i].lkey;
+    // A WRITE_WITH_IMM is one request: its immediate follows all its bytes.
+    if (wr.op == Op::kWriteImm && (wr.num_sge > 1 || (lkey == 0 && left > bounce_.len))) {
+      return Code::kInvalidArg;
+    }
+    while (left != 0) {
+      const uint32_t n =
+          lkey != 0 ? left : static_cast<uint32_t>(std::min<size_t>(left, bounce_.len));
+      if (lkey != 0) {
+        LT_RETURN_IF_ERROR(execute_chunk(wr, roff, laddr, lkey, n));
+      } else {
+        if (!read) std::memcpy(bounce_.addr, local, n);
+        LT_RETURN_IF_ERROR(
+            execute_chunk(wr, roff, reinterpret_cast<uint64_t>(bounce_.addr), bounce_.lkey, n));
+        if (read) std::memcpy(local, bounce_.addr, n);
+      }
+      local += n;
+      laddr += n;
+      roff += n;
+      left -= n;
+    }
+    if (atomic) break;
+  }
+  return Status::ok();
+}
+
+}  // namespace lt::transport::verbs

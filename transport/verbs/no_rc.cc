@@ -1,0 +1,13 @@
+// The rc transport in a build without libibverbs-dev.
+#include "common/log.h"
+#include "transport/factory.h"
+
+namespace lt::transport {
+
+Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config) {
+  (void)config;
+  LT_ERROR("rc: this ltier was built without libibverbs (install libibverbs-dev and rebuild)");
+  return Code::kUnsupported;
+}
+
+}  // namespace lt::transport

@@ -1,0 +1,398 @@
+// The rc transport's connections: QPs made ahead of need, the QP address
+// exchange over the control socket (verbs_conn.h), and posting on a
+// connection.
+#include <infiniband/verbs.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "transport/verbs/verbs_transport.h"
+
+namespace lt::transport::verbs {
+
+QpWire to_wire(const QpAddress& a) {
+  QpWire w{};
+  w.qpn = a.qpn;
+  w.psn = a.psn;
+  std::memcpy(w.gid, a.gid.data(), 16);
+  w.lid = a.lid;
+  w.mtu = a.mtu;
+  return w;
+}
+
+QpAddress from_wire(const QpWire& w) {
+  QpAddress a;
+  a.qpn = w.qpn;
+  a.psn = w.psn & 0xffffff;
+  std::memcpy(a.gid.data(), w.gid, 16);
+  a.lid = w.lid;
+  a.mtu = w.mtu;
+  return a;
+}
+
+// --- VerbsConn ---
+
+VerbsConn::VerbsConn(VerbsTransport* t, net::Fd fd, NodeId peer)
+    : peer_(peer), created_ns_(now_ns()), t_(t), fd_(std::move(fd)) {}
+
+VerbsConn::~VerbsConn() = default;
+
+// A thread keeps to one channel, so its posts stay in order; threads spread
+// over the K channels without a lock.
+Channel* VerbsConn::pick() {
+  static std::atomic<uint32_t> next_thread{0};
+  thread_local uint32_t me = next_thread.fetch_add(1, std::memory_order_relaxed);
+  return channels_[me % channels_.size()].get();
+}
+
+Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
+  if (dead_.load(std::memory_order_acquire) || channels_.empty()) return Status(Code::kPeerDown);
+  Channel* ch = pick();
+  const Caps& caps = t_->caps();
+  for (size_t i = 0; i < wrs.size(); ++i) {
+    const WorkRequest& wr = wrs[i];
+    Status s;
+    if (wr.num_sge > kMaxSge) {
+      s = Code::kInvalidArg;
+    } else if (wr.op == Op::kSend) {
+      uint64_t len = 0;
+      for (int k = 0; k < wr.num_sge; ++k) len += wr.sge[k].len;
+      if (len > caps.max_msg) {
+        s = Code::kInvalidArg;
+      } else {
+        auto r = ch->post_message(wr);
+        if (!r) {
+          s = r.status();
+        } else if (!*r) {
+          return i;  // back-pressure
+        }
+      }
+    } else {
+      s = ch->execute(wr);
+      if (s.is_ok() && (wr.flags & kWrSignaled)) t_->report_send_done(wr.wr_id, Code::kOk);
+    }
+    if (!s.is_ok()) {
+      if (i > 0) return i;
+      return s;
+    }
+  }
+  return wrs.size();
+}
+
+// --- QPs and channels ---
+
+Result<std::unique_ptr<Channel>> VerbsTransport::make_channel(VerbsConn* conn) {
+  std::unique_ptr<RcQp> qp;
+  {
+    std::lock_guard<std::mutex> g(spare_mu_);
+    if (!spare_.empty()) {
+      qp = std::move(spare_.back());
+      spare_.pop_back();
+    }
+  }
+  if (!qp) {
+    RcOptions o;
+    o.send_depth = config_.send_depth;
+    o.inline_bytes = caps_.max_inline;
+    std::string why;
+    auto q = RcQp::create(*dev_, o, &why);
+    if (!q) {
+      LT_WARN("rc: %s", why.c_str());
+      return q.status();
+    }
+    qp = std::move(*q);
+    qps_.fetch_add(1);
+  }
+  auto ring = local_pools_->alloc(config_.send_ring_bytes);
+  if (!ring) {
+    qps_.fetch_sub(1);
+    return ring.status();
+  }
+  auto bounce = local_pools_->alloc(config_.bounce_bytes);
+  if (!bounce) {
+    qps_.fetch_sub(1);
+    local_pools_->free(*ring);
+    return bounce.status();
+  }
+  return std::make_unique<Channel>(this, conn, std::move(qp), *ring, *bounce, config_.send_depth);
+}
+
+// Keeps qps_per_peer QPs made ahead, so a new peer's first operation pays
+// the exchange and the state changes, not QP creation. The poller's, when idle.
+void VerbsTransport::refill_spares() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(spare_mu_);
+      if (spare_.size() >= config_.qps_per_peer) return;
+    }
+    RcOptions o;
+    o.send_depth = config_.send_depth;
+    o.inline_bytes = caps_.max_inline;
+    std::string why;
+    auto q = RcQp::create(*dev_, o, &why);
+    if (!q) return;
+    qps_.fetch_add(1);
+    std::lock_guard<std::mutex> g(spare_mu_);
+    spare_.push_back(std::move(*q));
+  }
+}
+
+Status VerbsTransport::connect_channels(VerbsConn* conn, const ConnectReply& remote,
+                                        std::string* why) {
+  for (size_t i = 0; i < conn->channels_.size(); ++i) {
+    LT_RETURN_IF_ERROR(conn->channels_[i]->qp().connect(from_wire(remote.qp[i]), why));
+  }
+  return Status::ok();
+}
+
+// Puts c's channels in the slot table (send completions find them there).
+void VerbsTransport::add_channels(VerbsConn* c) {
+  std::lock_guard<std::mutex> g(slots_mu_);
+  for (auto& ch : c->channels_) {
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = next_slot_++;
+    }
+    ChannelSlot& s = slots_[slot];
+    ++s.gen;
+    ch->set_slot(slot, s.gen);
+    s.ch.store(ch.get(), std::memory_order_release);
+  }
+  std::lock_guard<SpinLock> q(qpn_mu_);
+  for (auto& ch : c->channels_) by_qpn_[ch->qp().local().qpn] = ch.get();
+}
+
+// --- the dialer ---
+
+Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, Deadline d) {
+  const NodeId self = self_.load(std::memory_order_acquire);
+  const std::string address(peer.address(name()));
+  std::string host;
+  uint16_t port = 0;
+  sockaddr_in addr{};
+  if (address.empty()) return Code::kPeerDown;
+  if (!parse_host_port(address, &host, &port).is_ok() || !net::resolve(host, port, &addr).is_ok()) {
+    LT_ERROR("rc: node %u has a bad address '%s'", peer.node, address.c_str());
+    return Code::kPeerDown;
+  }
+  const uint32_t k = config_.qps_per_peer;
+  auto fd = net::connect_tcp(addr, d);
+  if (!fd) return fd.status();
+  auto conn = std::make_shared<VerbsConn>(this, std::move(*fd), peer.node);
+  ConnectRequest req{};
+  req.hello = make_hello(kHelloLabel, self, peer.node, token_.load(),
+                         hello_counter_.fetch_add(1) + 1, hello_key_);
+  req.magic = kConnectMagic;
+  req.count = k;
+  for (uint32_t i = 0; i < k; ++i) {
+    auto ch = make_channel(conn.get());
+    if (!ch) return ch.status();
+    req.qp[i] = to_wire((*ch)->qp().local());
+    conn->channels_.push_back(std::move(*ch));
+  }
+  auto fail = [&](Code code) {
+    qps_.fetch_sub(conn->channels_.size());
+    return Status(code);
+  };
+  if (!net::write_all(conn->fd(), &req, sizeof(req), d).is_ok()) return fail(Code::kPeerDown);
+  ConnectReply rep{};
+  if (Status s = net::read_all(conn->fd(), &rep, sizeof(rep), d); !s.is_ok()) {
+    return fail(s.code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown);
+  }
+  if (rep.magic != kConnectMagic || rep.status != 0 || rep.count != k) {
+    LT_WARN("rc: node %u refused the QP exchange (status %u)", peer.node, rep.status);
+    return fail(Code::kPeerDown);
+  }
+  std::string why;
+  if (!connect_channels(conn.get(), rep, &why).is_ok()) {
+    LT_ERROR("rc: connecting to node %u: %s", peer.node, why.c_str());
+    return fail(Code::kPeerDown);
+  }
+  add_channels(conn.get());  // before the peer may send: it waits for kReady
+  const uint8_t ready = kReady;
+  if (!net::write_all(conn->fd(), &ready, 1, d).is_ok()) return fail(Code::kPeerDown);
+  return conn;
+}
+
+Result<std::unique_ptr<Endpoint>> VerbsTransport::connect(const PeerInfo& peer, Deadline d) {
+  if (self_.load(std::memory_order_acquire) == kNoNode) return Code::kNotJoined;
+  if (auto c = conns_.serving(peer.node)) {
+    return std::unique_ptr<Endpoint>(new ConnEndpoint<VerbsConn>(c));
+  }
+  const Deadline mine = Deadline::after_ms(config_.connect_timeout_ms);
+  auto conn = dial(peer, mine.at_ns() < d.at_ns() ? mine : d);
+  if (!conn) return conn.status();
+  VerbsConn* raw = conn->get();
+  auto served = conns_.add_dialed(peer.node, *conn, [&] { return watch(*conn); });
+  if (!served) {
+    conns_.add_accepted(*conn, [] { return true; });  // the poller closes and sweeps it
+    break_conn(raw);
+    return served.status();
+  }
+  if (served->get() != raw) {
+    // Another connection serves the node by now: this one closes, and since
+    // it never served, its closing is not the peer lost.
+    conns_.add_accepted(*conn, [&] { return watch(*conn).is_ok(); });
+    break_conn(raw);
+  }
+  return std::unique_ptr<Endpoint>(new ConnEndpoint<VerbsConn>(*served));
+}
+
+// --- the control thread ---
+
+Status VerbsTransport::watch(const std::shared_ptr<VerbsConn>& c) {
+  std::lock_guard<std::mutex> g(watch_mu_);
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.ptr = c.get();
+  if (epoll_ctl(ctl_epfd_.get(), EPOLL_CTL_ADD, c->fd(), &ev) != 0) return Code::kSys;
+  watched_[c.get()] = c;
+  return Status::ok();
+}
+
+void VerbsTransport::unwatch(VerbsConn* c) {
+  std::lock_guard<std::mutex> g(watch_mu_);
+  epoll_ctl(ctl_epfd_.get(), EPOLL_CTL_DEL, c->fd(), nullptr);
+  watched_.erase(c);
+}
+
+// Asleep in epoll but for set-up: accepts, answers exchanges, and turns EOF
+// on a socket into a broken connection for the poller. A connection it
+// watches stays alive until it lets go (after the poller closed it).
+void VerbsTransport::control_loop() {
+  epoll_event evs[16];
+  for (;;) {
+    int k = ::epoll_wait(ctl_epfd_.get(), evs, 16, 1000);
+    for (int i = 0; i < k; ++i) {
+      if (evs[i].data.u64 == kStopTag) return;
+      if (evs[i].data.u64 == kListenTag) {
+        accept_all();
+        continue;
+      }
+      std::shared_ptr<VerbsConn> c;
+      {
+        std::lock_guard<std::mutex> g(watch_mu_);
+        auto it = watched_.find(static_cast<VerbsConn*>(evs[i].data.ptr));
+        if (it != watched_.end()) c = it->second;
+      }
+      if (c) on_control(c, evs[i].events);
+    }
+    // Strangers that never finished the exchange are dropped.
+    const uint64_t now = now_ns();
+    std::vector<std::shared_ptr<VerbsConn>> stale;
+    {
+      std::lock_guard<std::mutex> g(watch_mu_);
+      for (auto& [p, c] : watched_) {
+        if (c->state_ != VerbsConn::State::kReady && now - c->created_ns_ > 5'000'000'000ull) {
+          stale.push_back(c);
+        }
+      }
+    }
+    for (auto& c : stale) abandon(c);
+  }
+}
+
+// An accepted connection that never became ready. Channels it made may be
+// in the tables already: the poller closes and sweeps them like any other.
+void VerbsTransport::abandon(const std::shared_ptr<VerbsConn>& c) {
+  if (!c->channels_.empty()) {
+    for (auto& ch : c->channels_) ch->fail();
+    conns_.add_accepted(c, [] { return true; });
+    break_conn(c.get());
+  }
+  unwatch(c.get());
+}
+
+void VerbsTransport::accept_all() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    auto c = std::make_shared<VerbsConn>(this, net::Fd(fd), kNoNode);
+    c->state_ = VerbsConn::State::kAwaitRequest;
+    (void)watch(c);
+  }
+}
+
+// A whole ConnectRequest has arrived: check it, make and connect our QPs,
+// answer. False: refuse (the caller closes the socket).
+bool VerbsTransport::answer_request(VerbsConn* c) {
+  ConnectRequest req{};
+  if (::recv(c->fd(), &req, sizeof(req), MSG_WAITALL) != static_cast<ssize_t>(sizeof(req))) {
+    return false;
+  }
+  if (req.magic != kConnectMagic || req.count == 0 || req.count > kMaxQpsPerPeer ||
+      !hellos_.accept(req.hello, self_.load(), token_.load(), hello_key_)) {
+    return false;
+  }
+  c->peer_.store(req.hello.node);
+  ConnectReply rep{};
+  rep.magic = kConnectMagic;
+  rep.count = req.count;
+  for (uint32_t i = 0; i < req.count; ++i) {
+    auto ch = make_channel(c);
+    if (!ch) {
+      rep.status = static_cast<uint32_t>(ch.status().code());
+      break;
+    }
+    c->channels_.push_back(std::move(*ch));
+  }
+  std::string why;
+  if (rep.status == 0) {
+    for (uint32_t i = 0; i < req.count; ++i) {
+      Status s = c->channels_[i]->qp().connect(from_wire(req.qp[i]), &why);
+      if (!s.is_ok()) {
+        LT_ERROR("rc: accepting node %u: %s", req.hello.node, why.c_str());
+        rep.status = static_cast<uint32_t>(s.code());
+        break;
+      }
+      rep.qp[i] = to_wire(c->channels_[i]->qp().local());
+    }
+  }
+  if (rep.status == 0) add_channels(c);  // before the answer: the dialer may send at once
+  // The socket is fresh and the reply small: the kernel takes it at once.
+  const bool sent =
+      ::send(c->fd(), &rep, sizeof(rep), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(rep));
+  return sent && rep.status == 0;
+}
+
+void VerbsTransport::on_control(const std::shared_ptr<VerbsConn>& c, uint32_t events) {
+  VerbsConn* raw = c.get();
+  if (raw->state_ == VerbsConn::State::kAwaitRequest && (events & EPOLLIN)) {
+    ConnectRequest peek;
+    ssize_t r = ::recv(raw->fd(), &peek, sizeof(peek), MSG_PEEK | MSG_DONTWAIT);
+    if (r == static_cast<ssize_t>(sizeof(peek))) {
+      if (!answer_request(raw)) return abandon(c);
+      raw->state_ = VerbsConn::State::kAwaitReady;
+      return;
+    }
+    if (r > 0 && !(events & (EPOLLRDHUP | EPOLLHUP))) return;  // the rest is on its way
+    return unwatch(raw);
+  }
+  if (raw->state_ == VerbsConn::State::kAwaitReady && (events & EPOLLIN)) {
+    uint8_t b = 0;
+    ssize_t r = ::recv(raw->fd(), &b, 1, MSG_DONTWAIT);
+    if (r < 0 && errno == EAGAIN) return;
+    if (r == 1 && b == kReady) {
+      raw->state_ = VerbsConn::State::kReady;
+      conns_.add_accepted(c, [] { return true; });
+      conns_.identify(raw, raw->peer());
+      return;
+    }
+    return abandon(c);  // no ready: the dialer gave up
+  }
+  // Ready: nothing more is sent on the socket; EOF or an error is the peer
+  // gone (or the poller closed it: shutdown).
+  char b[64];
+  ssize_t r = ::recv(raw->fd(), b, sizeof(b), MSG_DONTWAIT);
+  if (r < 0 && errno == EAGAIN && !(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
+  if (!raw->closed_.load()) break_conn(raw);
+  unwatch(raw);
+}
+
+}  // namespace lt::transport::verbs

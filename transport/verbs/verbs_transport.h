@@ -1,0 +1,209 @@
+// rc transport: RDMA reliable connected QPs over libibverbs (ARCHITECTURE
+// §6d). One device, port and GID (device.h choose()), one protection domain,
+// one completion channel; K QPs per peer shared by every thread (a thread
+// keeps to one, so its posts stay in order); one send CQ shared by all
+// QPs, polled by the poller and by any thread waiting for a one-sided op;
+// one shared receive queue of recv_buffers buffers and its CQ, polled by the
+// poller only.
+//
+// Messages are SENDs into the shared receive queue (channel.h frames and
+// fragments them); kRecv rx points into the receive buffer (or, for a
+// fragmented message, its reassembly) until release_rx. One-sided ops are
+// RDMA READ/WRITE/WRITE_WITH_IMM/atomics done when post returns, on LMR
+// memory from registered pools (mem_pool.h). Peers are reached through the
+// address "host:port" of the control listener that exchanges QP addresses
+// (verbs_conn.h).
+//
+// A control thread, asleep in epoll but for connection set-up, answers
+// peers' QP exchanges and watches every control socket: a peer's exchange
+// never waits for this engine's poller, and EOF on a socket marks its
+// connection broken for the poller to close (kPeerLost).
+//
+// Wake-ups follow shm's pattern: wait_fd() is an epoll set of the
+// completion channel and an "awake" eventfd kept readable while the CQs are
+// not armed; after verbs.spin_us of polls that found nothing, poll() arms
+// both CQs, polls once more, and only then lets the awake fd go quiet.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "common/net.h"
+#include "common/spinlock.h"
+#include "transport/conn_table.h"
+#include "transport/hello.h"
+#include "transport/transport.h"
+#include "transport/verbs/mem_pool.h"
+#include "transport/verbs/verbs_conn.h"
+#include "transport/verbs/verbs_device.h"
+
+struct ibv_wc;
+
+namespace lt::transport::verbs {
+
+inline constexpr std::string_view kHelloLabel = "ltier rc hello v1";
+
+class VerbsTransport final : public Transport {
+ public:
+  explicit VerbsTransport(const Config& config);
+  ~VerbsTransport() override;
+  /// Picks and opens the device, makes the receive path and binds the
+  /// control listener. kNotFound (no usable device; the log says why),
+  /// kInvalidArg (a bad key), kNoMemory, kSys.
+  Status init();
+
+  const char* name() const override { return "rc"; }
+  const Caps& caps() const override { return caps_; }
+  std::string local_address() const override { return address_; }
+  void set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) override;
+  Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) override;
+  Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) override;
+  void deregister_memory(const MemRegion& r) override;
+  Result<MemRegion> alloc_memory(size_t len, Access a) override;
+  void free_memory(const MemRegion& r) override;
+  size_t poll(std::span<Completion> out) override;
+  void release_rx(std::span<const Completion> done) override;
+  int wait_fd() const override { return epfd_.get(); }
+
+  /// RC QPs this transport holds now (connected, spare and closing).
+  size_t qp_count() const { return qps_.load(std::memory_order_relaxed); }
+  size_t registrations() const { return pools_->registrations(); }
+
+  // For channels and connections.
+  MemPools& pools() { return *pools_; }
+  MemPools& local_pools() { return *local_pools_; }
+  uint32_t fragment_bytes() const { return config_.recv_buffer_bytes; }
+  const VerbsConfig& config() const { return config_; }
+  bool cq_room() const { return posted_.load(std::memory_order_relaxed) < cq_limit_; }
+  void count_posted(uint32_t n) { posted_.fetch_add(n, std::memory_order_relaxed); }
+  void count_done(uint32_t n) { posted_.fetch_sub(n, std::memory_order_relaxed); }
+  /// Polls the send CQ unless another thread is at it. Any thread.
+  void poll_send_cq();
+  void report_send_done(uint64_t wr_id, Code code);
+  void note_backlog(Channel* c);
+  void break_conn(VerbsConn* c);
+
+ private:
+  friend class VerbsConn;
+  Status open_device();
+  Status open_control();
+  // verbs_connect.cc: the QP address exchange.
+  Result<std::unique_ptr<Channel>> make_channel(VerbsConn* conn);
+  Status connect_channels(VerbsConn* conn, const ConnectReply& remote, std::string* why);
+  Result<std::shared_ptr<VerbsConn>> dial(const PeerInfo& peer, Deadline d);
+  // The control thread.
+  static constexpr uint64_t kListenTag = 1, kStopTag = 4;  // its epoll tags; others are conns
+  void control_loop();
+  void accept_all();
+  void on_control(const std::shared_ptr<VerbsConn>& c, uint32_t events);
+  bool answer_request(VerbsConn* c);
+  Status watch(const std::shared_ptr<VerbsConn>& c);
+  void unwatch(VerbsConn* c);
+  void abandon(const std::shared_ptr<VerbsConn>& c);
+  void add_channels(VerbsConn* c);
+  void refill_spares();
+
+  // verbs_recv.cc: the receive path.
+  size_t poll_recv(std::span<Completion> out, size_t n);
+  bool deliver(const ibv_wc& wc, Completion* out);
+  void post_recv(const uint32_t* idx, size_t count);
+
+  void close_conn(VerbsConn* c, std::span<Completion> out, size_t* n, const char* why);
+  void sweep_closed(bool all);
+  void handle_events();
+  void try_arm();
+  void kick();
+  Status add_to_epoll(int fd, uint64_t tag);
+
+  VerbsConfig config_;
+  uint32_t max_msg_ = 0;
+  Caps caps_;
+  std::string address_;
+  std::unique_ptr<VerbsDevice> dev_;
+  std::unique_ptr<MemPools> pools_;        // LMR memory, zero-based
+  std::unique_ptr<MemPools> local_pools_;  // send rings and bounce buffers
+  net::Fd listen_fd_, epfd_, awake_fd_;
+  net::Fd ctl_epfd_, ctl_stop_;  // the control thread's epoll set and its stop bell
+  std::thread control_;
+  // The control thread's sockets: connections being accepted and every
+  // connection whose socket it watches (kept alive while watched).
+  std::mutex watch_mu_;
+  std::unordered_map<VerbsConn*, std::shared_ptr<VerbsConn>> watched_;
+  std::atomic<NodeId> self_{kNoNode};
+  std::atomic<uint64_t> token_{0};
+  Mac hello_key_{};
+  std::atomic<uint64_t> hello_counter_{0};
+  HelloCheck hellos_{kHelloLabel};  // the control thread's
+  std::atomic<bool> armed_{false};
+  std::atomic<size_t> qps_{0};
+  std::atomic<uint64_t> posted_{0};  // work requests not yet completed, all QPs
+  uint64_t cq_limit_ = 0;
+
+  ConnTable<VerbsConn> conns_;
+
+  // QPs made ahead of need.
+  std::mutex spare_mu_;
+  std::vector<std::unique_ptr<RcQp>> spare_;
+
+  // Channels by slot, for send completions (wr_id names the slot).
+  struct ChannelSlot {
+    std::atomic<Channel*> ch{nullptr};
+    uint16_t gen = 0;
+  };
+  static constexpr uint32_t kMaxChannels = 1u << 16;
+  std::unique_ptr<ChannelSlot[]> slots_{new ChannelSlot[kMaxChannels]};
+  std::mutex slots_mu_;
+  std::vector<uint32_t> free_slots_;
+  uint32_t next_slot_ = 1;
+  SpinLock send_cq_mu_;
+
+  // Receive buffers (the poller's once made).
+  std::byte* rx_mem_ = nullptr;  // mmap'd, recv_buffers x recv_buffer_bytes
+  size_t rx_len_ = 0;
+  std::unique_ptr<Region> rx_region_;
+  std::vector<uint32_t> lent_bufs_;
+  std::vector<std::vector<std::byte>> lent_msgs_;
+  // QP number -> channel, for receive completions. Set before a QP can
+  // receive (before the exchange's answer), cleared when it is swept.
+  SpinLock qpn_mu_;
+  std::unordered_map<uint32_t, Channel*> by_qpn_;
+  static constexpr int kStash = 16;
+  std::unique_ptr<ibv_wc[]> stash_;  // receive completions try_arm found
+  int stash_n_ = 0;
+
+  // Poller-only state.
+  std::vector<std::shared_ptr<VerbsConn>> closing_;
+  // Channels of swept connections: an endpoint may outlive its connection,
+  // and a thread may still be inside a post on it, so they go only
+  // kDeadChannelNs after the sweep (or with the transport).
+  struct DeadChannel {
+    std::unique_ptr<Channel> ch;
+    uint64_t since_ns;
+  };
+  static constexpr uint64_t kDeadChannelNs = 10'000'000'000ull;
+  std::vector<DeadChannel> dead_channels_;
+  uint64_t idle_since_ns_ = 0;
+  uint32_t polls_ = 0;
+  uint64_t next_sweep_ns_ = 0;
+
+  std::mutex backlog_mu_;
+  std::vector<Channel*> backlogged_;
+  std::atomic<bool> has_backlog_{false};
+
+  std::mutex done_mu_;
+  std::deque<Completion> send_done_;
+  std::atomic<size_t> done_count_{0};
+  std::atomic<bool> has_broken_{false};
+
+  std::mutex reg_mu_;
+  std::unordered_map<uint64_t, std::unique_ptr<Region>> regs_;  // register_memory, by lkey
+};
+
+}  // namespace lt::transport::verbs
