@@ -28,7 +28,7 @@ struct RecordHeader {
 };
 
 int fail(const char* what, int rc) {
-  fprintf(stderr, "atomic_log: %s: %s\n", what, LT_strerror(rc));
+  fprintf(stderr, "atomic_log: %s FAILED: %s\n", what, LT_strerror(rc));
   return 1;
 }
 
@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
       std::string payload(data.data() + pos + sizeof(h), h.len);
       std::string want = "rank " + std::to_string(h.rank) + " record " + std::to_string(h.seq);
       if (payload != want || !seen[h.rank].insert(h.seq).second) {
+        fprintf(stderr, "atomic_log: replay FAILED at byte %llu of %llu: record (%u, %llu, %u B)\n",
+                static_cast<unsigned long long>(pos), static_cast<unsigned long long>(tail), h.rank,
+                static_cast<unsigned long long>(h.seq), h.len);
         ok = false;
         break;
       }
@@ -101,7 +104,9 @@ int main(int argc, char** argv) {
       ++records;
     }
     for (int k = 0; k < nprocs; ++k) {
-      if (seen[k].size() != per_rank) ok = false;
+      if (seen[k].size() == per_rank) continue;
+      fprintf(stderr, "atomic_log: replay FAILED: rank %d has %zu records\n", k, seen[k].size());
+      ok = false;
     }
     printf("atomic_log: replayed %llu records from %d ranks: %s\n",
            static_cast<unsigned long long>(records), nprocs,

@@ -52,7 +52,7 @@ int get(void* ctx, lt_node_t, const void* in, size_t len, void* out, size_t cap,
 }
 
 int fail(const char* what, int rc) {
-  fprintf(stderr, "kv_store: %s: %s\n", what, LT_strerror(rc));
+  fprintf(stderr, "kv_store: %s FAILED: %s\n", what, LT_strerror(rc));
   return 1;
 }
 
@@ -112,7 +112,10 @@ int main(int argc, char** argv) {
       size_t len = 0;
       rc = LT_RPC(e, shard_node(k), kGet, k.data(), k.size(), val, sizeof(val), &len);
       ++gets;
-      if (rc != 0 || std::string(val, len) != value_of(k)) ++bad;
+      if (rc == 0 && std::string(val, len) == value_of(k)) continue;
+      if (bad++ == 0) {
+        fprintf(stderr, "kv_store: GET %s FAILED: %s, %zu B\n", k.c_str(), LT_errname(rc), len);
+      }
     }
   }
   double get_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -123,6 +126,7 @@ int main(int argc, char** argv) {
   printf("rank %d: %d PUTs (%.0f/s), %d GETs (%.0f/s), %d wrong, missing key: %s\n", rank, keys,
          keys / put_s, gets, gets / get_s, bad, LT_errname(miss));
   fflush(stdout);
+  if (miss != -LT_ERR_NOT_FOUND) fprintf(stderr, "kv_store: GET of a missing key FAILED\n");
   // Shards must outlive every reader.
   (void)LT_barrier(e, "kv.exit", nprocs, -1);
   LT_leave(e);
