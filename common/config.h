@@ -87,8 +87,9 @@ struct Config {
   EngineConfig engine;
   QosConfig qos;
   // Allowed transports (LTIER_TRANSPORTS, like UCX_TLS): shm for peers on this
-  // host (same boot id and network namespace), tcp for the others.
-  std::string transports = "shm,tcp";
+  // host (same boot id and network namespace), rc where both ends have an
+  // RDMA device, tcp for the others. One this node cannot open steps aside.
+  std::string transports = "shm,rc,tcp";
 };
 
 enum class KeyType : uint8_t { kString, kU32, kU64 };

@@ -332,8 +332,9 @@ class Engine {
   bool copy_second_half(Request* r, const MsgHeader& h, Status* s);
   // ---- rma/native.cc: one-sided ops straight on a peer's memory
   /// Whether the op on `m` can go natively (ep set), else through the owner.
-  bool native_endpoint(const Mapping& m, EndpointRef* ep);
-  Status native_op(const Mapping& m, transport::Endpoint* ep, const transport::WorkRequest& wr);
+  bool native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey);
+  Status native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
+                   const transport::WorkRequest& wr);
   // ---- rma/atomics.cc
   bool atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
                      uint64_t compare, uint64_t* old, Status* s);

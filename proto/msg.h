@@ -91,9 +91,10 @@ struct AllocReply {
   uint64_t secret0;  // the LMR's capability key, kept by its master only
   uint64_t secret1;
   uint64_t size;
-  uint64_t rkey;  // the owner's shm region key (native one-sided access on its host); 0: none
+  uint64_t rkey;           // the owner's memory transport's region key (Mapping::rkeys[0])
+  uint64_t rkey_exported;  // its exporter's key for it (Mapping::rkeys[1]); 0: none
 };
-static_assert(sizeof(AllocReply) == 56);
+static_assert(sizeof(AllocReply) == 64);
 
 struct FreeReq {
   MsgHeader h;
@@ -116,9 +117,10 @@ struct MapReply {
   uint32_t rights;
   uint64_t size;
   LmrRef lmr;
-  uint64_t rkey;  // as AllocReply::rkey
+  uint64_t rkey;  // as AllocReply's
+  uint64_t rkey_exported;
 };
-static_assert(sizeof(MapReply) == 64);
+static_assert(sizeof(MapReply) == 72);
 
 enum class AtomicKind : uint32_t { kFetchAdd = 1, kCompareSwap = 2 };
 

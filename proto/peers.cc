@@ -39,13 +39,14 @@ PeerTable::Claim PeerTable::claim(NodeId p) {
   retire_locked(s);
   s.via.store(nullptr, std::memory_order_release);
   s.why.store(nullptr, std::memory_order_release);
-  s.native.store(false, std::memory_order_release);
+  s.native.store(-1, std::memory_order_release);
   s.down.store(false, std::memory_order_release);
   return Claim::kTaken;
 }
 
 transport::Endpoint* PeerTable::install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
-                                        transport::Transport* via, const char* why, bool native) {
+                                        transport::Transport* via, const char* why,
+                                        int native_slot) {
   transport::Endpoint* e = ep.get();
   Slot& s = at(p);
   std::lock_guard<std::mutex> g(retired_mu_);
@@ -53,7 +54,7 @@ transport::Endpoint* PeerTable::install(NodeId p, std::unique_ptr<transport::End
   s.owned = std::move(ep);
   s.via.store(via, std::memory_order_release);
   s.why.store(why, std::memory_order_release);
-  s.native.store(native, std::memory_order_release);
+  s.native.store(static_cast<int8_t>(native_slot), std::memory_order_release);
   s.ep.store(e, std::memory_order_release);
   return e;
 }
@@ -128,11 +129,10 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
   // The membership knows `p`, or `p` reached us (its hello named it): it
   // holds its slot, unless a newer node does.
   if (!claim_peer(p)) return Code::kPeerDown;
-  // Without an address book entry (the peer reached us first), the peer is
-  // taken to run what we run.
-  const bool native = info ? transports_.native_memory(*info, via)
-                           : via == transports_.memory() && via->caps().one_sided;
-  out->set(peers_.install(p, std::move(ep.value()), via, why, native));
+  // Without an address book entry (the peer reached us first), which of its
+  // LMR keys our transport uses is settled at the first native op.
+  const int slot = info ? transports_.native_slot(*info, via) : PeerTable::kUnsettled;
+  out->set(peers_.install(p, std::move(ep.value()), via, why, slot));
   return Status::ok();
 }
 

@@ -63,12 +63,22 @@ class PeerTable {
     transport::Transport* t = s.via.load(std::memory_order_acquire);
     return s.id.load(std::memory_order_acquire) == p ? t : nullptr;
   }
-  /// The endpoint's transport reaches `p`'s LMR memory natively
-  /// (TransportSet::native_memory).
-  bool native(NodeId p) const {
+  /// Which of `p`'s LMR keys the endpoint's transport uses
+  /// (TransportSet::native_slot): -1 none, kUnsettled while the address
+  /// book did not know `p` when the endpoint was made.
+  static constexpr int kUnsettled = -2;
+  int native_slot(NodeId p) const {
     const Slot& s = at(p);
-    const bool n = s.native.load(std::memory_order_acquire);
-    return s.id.load(std::memory_order_acquire) == p && n;
+    const int n = s.native.load(std::memory_order_acquire);
+    return s.id.load(std::memory_order_acquire) == p ? n : -1;
+  }
+  /// Settles an endpoint's kUnsettled slot.
+  void settle_native(NodeId p, int slot) {
+    int8_t want = kUnsettled;
+    Slot& s = at(p);
+    if (s.id.load(std::memory_order_acquire) == p) {
+      s.native.compare_exchange_strong(want, static_cast<int8_t>(slot), std::memory_order_acq_rel);
+    }
   }
   /// Why that transport (lives as long as the engine's TransportSet).
   const char* why(NodeId p) const {
@@ -102,7 +112,7 @@ class PeerTable {
   /// Caches `ep` (taking ownership) as `p`'s endpoint, retiring the one it
   /// replaces. Caller holds connect_mutex().
   transport::Endpoint* install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
-                               transport::Transport* via, const char* why, bool native);
+                               transport::Transport* via, const char* why, int native_slot);
 
   /// Frees the retired endpoints no caller can hold any more. Cheap when
   /// there are none; the progress thread calls it as it goes.
@@ -116,7 +126,7 @@ class PeerTable {
     std::atomic<transport::Endpoint*> ep{nullptr};
     std::atomic<transport::Transport*> via{nullptr};
     std::atomic<const char*> why{nullptr};
-    std::atomic<bool> native{false};
+    std::atomic<int8_t> native{-1};
     std::atomic<bool> down{false};
     std::unique_ptr<transport::Endpoint> owned;  // under connect_mu_ (or retire's lock)
   };

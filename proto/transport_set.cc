@@ -34,9 +34,25 @@ Status TransportSet::build(const Config& config) {
             [](const TransportEntry* a, const TransportEntry* b) { return a->rank < b->rank; });
   for (const TransportEntry* e : want) {
     auto t = e->make(config);
+    // A transport this node lacks the hardware (kNotFound) or the build
+    // (kUnsupported) for steps aside: the default list names rc on every
+    // node, and a node without an RDMA device still joins over tcp. The
+    // transport's own log line says why.
+    const bool absent =
+        !t && (t.status().code() == Code::kNotFound || t.status().code() == Code::kUnsupported);
+    if (absent) {
+      LT_INFO("transports '%s': %s is not available here; going on without it", names.c_str(),
+              e->name);
+      continue;
+    }
     if (!t) return t.status();
     list_.push_back(std::move(t.value()));
     same_host_only_.push_back(e->same_host_only);
+  }
+  if (list_.empty()) {
+    LT_ERROR("transports '%s': none of them is available on this node (LTIER_LOG=info says why)",
+             names.c_str());
+    return Code::kUnsupported;
   }
   max_msg_ = UINT32_MAX;
   for (auto& t : list_) {
@@ -44,6 +60,13 @@ Status TransportSet::build(const Config& config) {
     if (memory_ == nullptr && t->caps().one_sided) memory_ = t.get();
   }
   if (memory_ == nullptr && !list_.empty()) memory_ = list_.front().get();
+  for (auto& t : list_) {
+    const TransportEntry* e = transport::find_transport(t->name());
+    if (t.get() != memory_ && t->caps().one_sided && e != nullptr && e->native_memory) {
+      exporter_ = t.get();
+      break;
+    }
+  }
   host_id_ = net::host_id();
   // The same-host transport a peer on this host would get, for the reasons.
   const char* local = nullptr;
@@ -66,15 +89,21 @@ std::vector<transport::PeerAddress> TransportSet::addresses() const {
   return out;
 }
 
-bool TransportSet::native_memory(const transport::PeerInfo& info,
-                                 const transport::Transport* via) const {
-  if (via == nullptr || via != memory_ || !via->caps().one_sided) return false;
-  const TransportEntry* best = nullptr;
+int TransportSet::native_slot(const transport::PeerInfo& info,
+                              const transport::Transport* via) const {
+  if (via == nullptr || !via->caps().one_sided) return -1;
+  const TransportEntry* mine = transport::find_transport(via->name());
+  if (mine == nullptr || !mine->native_memory) return -1;
+  // The peer's memory transport is its best-ranked native-memory one, its
+  // exporter the next (as build() chooses them here).
+  int slot = 0;
   for (const transport::PeerAddress& a : info.addresses) {
     const TransportEntry* e = transport::find_transport(a.transport);
-    if (e != nullptr && e->native_memory && (best == nullptr || e->rank < best->rank)) best = e;
+    slot += e != nullptr && e != mine && e->native_memory && e->rank < mine->rank;
   }
-  return best != nullptr && std::string_view(best->name) == via->name();
+  const bool offered = std::any_of(info.addresses.begin(), info.addresses.end(),
+                                   [&](const auto& a) { return a.transport == mine->name; });
+  return offered && slot < 2 ? slot : -1;
 }
 
 transport::Transport* TransportSet::pick(const transport::PeerInfo& info, const char** why) const {

@@ -35,10 +35,15 @@ class TransportSet {
   /// Where LMR memory comes from: the best transport with native one-sided
   /// access (so peers it serves reach LMRs directly), else the first.
   transport::Transport* memory() const { return memory_; }
-  /// True when `via` reaches the memory of the peer `info` natively: `via`
-  /// is this node's memory() transport and the peer's best-ranked
-  /// native-memory transport (so the rkeys it hands out are `via`'s).
-  bool native_memory(const transport::PeerInfo& info, const transport::Transport* via) const;
+  /// The transport after memory() whose peers reach LMR memory natively too
+  /// (rc on a node that also runs shm): every LMR is exported to it. Null
+  /// when there is none.
+  transport::Transport* exporter() const { return exporter_; }
+  /// Which of the LMR keys of the peer `info` (Mapping::rkeys) a one-sided
+  /// op over `via` uses: the position of `via` among the peer's
+  /// native-memory transports (0: its memory transport, 1: its exporter),
+  /// or -1 when `via` does not reach its memory natively.
+  int native_slot(const transport::PeerInfo& info, const transport::Transport* via) const;
   /// The smallest max_msg among them: what any message may carry.
   uint32_t max_msg() const { return max_msg_; }
   /// This node's host id (net::host_id()), compared with peers'.
@@ -48,6 +53,7 @@ class TransportSet {
   std::vector<std::unique_ptr<transport::Transport>> list_;
   std::vector<bool> same_host_only_;  // by index in list_
   transport::Transport* memory_ = nullptr;
+  transport::Transport* exporter_ = nullptr;
   uint32_t max_msg_ = 0;
   std::string host_id_;
   // The reasons pick() gives when no same-host transport serves a peer on

@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
   printf("  tcp    available  (epoll, framed, one connection per peer)\n");
   printf("  shm    available  (same-host peers: memfd rings, native one-sided ops)\n");
   printf(
-      "  verbs  planned    (RC shared QP pool, UD fallback; ltier-info --devices lists the "
-      "RDMA devices)\n");
+      "  rc     available  (RDMA RC QPs shared by threads, where both nodes have a device; "
+      "ltier-info --devices lists them; UD fallback planned)\n");
   printf("select with LTIER_TRANSPORTS or the 'transports' key; see ltier-info --config\n");
   return 0;
 }

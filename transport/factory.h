@@ -22,7 +22,8 @@ struct TransportEntry {
   /// Among the transports two peers share, the lowest rank serves them.
   int rank;
   /// Its alloc_memory regions are reached natively by peers it serves
-  /// (Caps::one_sided): a node's LMRs live in its best-ranked such transport.
+  /// (Caps::one_sided): a node's LMRs live in its best-ranked such transport
+  /// and are exported (Transport::export_memory) to the next.
   bool native_memory;
 };
 

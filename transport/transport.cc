@@ -21,6 +21,10 @@ Result<MemRegion> Transport::alloc_memory(size_t len, Access) {
   return MemRegion{static_cast<std::byte*>(p), size, 0, 0};
 }
 
+Result<MemRegion> Transport::export_memory(std::span<std::byte>, Access) {
+  return Code::kUnsupported;
+}
+
 std::string format_addresses(const std::vector<PeerAddress>& list) {
   std::string out;
   for (const PeerAddress& a : list) {

@@ -242,6 +242,16 @@ class Transport {
   /// returned, unchanged). Thread-safe. Peers that still access it after this
   /// touch an orphaned copy, never memory of this process that is reused.
   virtual void free_memory(const MemRegion& r);
+  /// Makes `mem`, a region another transport's alloc_memory made, reachable
+  /// by this transport's one-sided ops as its own alloc_memory regions are
+  /// (the rkey returned, addresses offsets into `mem`, bounds checked at
+  /// post): a node keeps its LMRs in one transport's memory (shm) and also
+  /// serves peers on other hosts natively by another (rc). Until
+  /// unexport_memory; the caller keeps `mem` alive. Thread-safe.
+  /// kUnsupported (the default) where the transport has no native memory.
+  virtual Result<MemRegion> export_memory(std::span<std::byte> mem, Access a);
+  /// Ends an export_memory (the MemRegion it returned, unchanged).
+  virtual void unexport_memory(const MemRegion& r) { (void)r; }
   /// Non-blocking. Not thread-safe: one poller at a time (proto serializes).
   /// Returns up to out.size() completions; a full span means call again.
   virtual size_t poll(std::span<Completion> out) = 0;

@@ -20,11 +20,12 @@ Result<LmrHandle> Engine::malloc(NodeId node, uint64_t size, uint32_t rights, De
   m->master = true;
   if (node == self()) {
     if (size > config_.engine.max_lmr_bytes) return Code::kNoMemory;
-    auto l = lmrs_.create(size, self(), transports_.memory());
+    auto l = lmrs_.create(size, self(), transports_.memory(), transports_.exporter());
     if (!l) return l.status();
     m->secret = (*l)->secret;
     m->key = (*l)->key;
-    m->rkey = (*l)->region.rkey;
+    m->rkeys[0] = (*l)->region.rkey;
+    m->rkeys[1] = (*l)->exported.rkey;
   } else {
     ReqId id = 0;
     auto r = alloc_request(ReqKind::kAlloc, node, &id);
@@ -36,7 +37,8 @@ Result<LmrHandle> Engine::malloc(NodeId node, uint64_t size, uint32_t rights, De
     if (!s.is_ok()) return s;
     m->key = res.alloc.key;
     m->secret = {res.alloc.secret0, res.alloc.secret1};
-    m->rkey = res.alloc.rkey;
+    m->rkeys[0] = res.alloc.rkey;
+    m->rkeys[1] = res.alloc.rkey_exported;
   }
   m->cap = cap_for(m->secret, m->key, m->rights);
   auto h = client_.handles.insert(m);
@@ -103,7 +105,8 @@ Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline
     m->size = src->size;
     m->rights = rights;
     m->cap = cap_for(src->secret, src->key, rights);
-    m->rkey = src->rkey;
+    m->rkeys[0] = src->rkeys[0];
+    m->rkeys[1] = src->rkeys[1];
   } else {
     ReqId id = 0;
     auto r = alloc_request(ReqKind::kMap, *master, &id);
@@ -118,7 +121,8 @@ Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline
     m->cap = res.mapr.lmr.cap;
     m->rights = res.mapr.rights;
     m->size = res.mapr.size;
-    m->rkey = res.mapr.rkey;
+    m->rkeys[0] = res.mapr.rkey;
+    m->rkeys[1] = res.mapr.rkey_exported;
   }
   return client_.handles.insert(m);
 }
@@ -146,14 +150,15 @@ void Engine::serve_alloc(NodeId from, const MsgHeader& h, std::span<const std::b
   if (q.size == 0 || q.size > config_.engine.max_lmr_bytes) {
     return reply_status(from, h.req_id, q.size == 0 ? Code::kInvalidArg : Code::kNoMemory);
   }
-  auto l = lmrs_.create(q.size, from, transports_.memory());
+  auto l = lmrs_.create(q.size, from, transports_.memory(), transports_.exporter());
   if (!l) return reply_status(from, h.req_id, l.status());
   AllocReply rep{make_header(MsgOp::kAllocReply, h.req_id),
                  (*l)->key,
                  (*l)->secret.k0,
                  (*l)->secret.k1,
                  q.size,
-                 (*l)->region.rkey};
+                 (*l)->region.rkey,
+                 (*l)->exported.rkey};
   (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
 }
 
@@ -178,7 +183,8 @@ void Engine::serve_map(NodeId from, const MsgHeader& h, std::span<const std::byt
                q.rights,
                src->size,
                LmrRef{src->key, cap_for(src->secret, src->key, q.rights), q.rights, 0},
-               src->rkey};
+               src->rkeys[0],
+               src->rkeys[1]};
   (void)send(from, &rep, sizeof(rep), nullptr, 0, default_deadline(), true);
 }
 

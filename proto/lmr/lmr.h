@@ -33,7 +33,10 @@ struct Mapping {
   uint64_t cap = 0;
   uint32_t rights = 0;
   uint64_t size = 0;
-  uint64_t rkey = 0;  // owner's region key: native access when a transport to it has one_sided
+  /// The owner's keys for native access: [0] its memory transport's region,
+  /// [1] the same memory as its exporter transport reaches it
+  /// (TransportSet::native_slot says which a peer uses); 0: none.
+  uint64_t rkeys[2] = {0, 0};
   bool master = false;
   SipKey secret;  // master only: mints capabilities for mappers
 
@@ -54,6 +57,8 @@ struct LocalLmr {
   uint64_t key = 0;  // in the LmrStore
   transport::MemRegion region;
   transport::Transport* from = nullptr;  // whose alloc_memory made `region`
+  transport::MemRegion exported;         // `region` as `exporter` reaches it
+  transport::Transport* exporter = nullptr;
   LocalLmr() = default;
   LocalLmr(const LocalLmr&) = delete;
   LocalLmr& operator=(const LocalLmr&) = delete;
@@ -61,6 +66,7 @@ struct LocalLmr {
     if (from == nullptr) return;
     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(mem + alive_offset(size)))
         .store(0, std::memory_order_release);
+    if (exporter != nullptr) exporter->unexport_memory(exported);
     from->free_memory(region);
   }
 };

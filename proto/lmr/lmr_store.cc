@@ -2,10 +2,13 @@
 
 #include <vector>
 
+#include "common/log.h"
+
 namespace lt::proto {
 
 Result<std::shared_ptr<LocalLmr>> LmrStore::create(uint64_t size, NodeId master,
-                                                   transport::Transport* t) {
+                                                   transport::Transport* t,
+                                                   transport::Transport* exporter) {
   if (size == 0) return Code::kInvalidArg;
   auto region = t->alloc_memory(alive_offset(size) + sizeof(uint64_t), transport::kRemoteAll);
   if (!region) {
@@ -14,6 +17,17 @@ Result<std::shared_ptr<LocalLmr>> LmrStore::create(uint64_t size, NodeId master,
   auto l = std::make_shared<LocalLmr>();
   l->region = *region;
   l->from = t;
+  if (exporter != nullptr) {
+    auto x = exporter->export_memory(std::span<std::byte>(region->addr, region->len),
+                                     transport::kRemoteAll);
+    if (x) {
+      l->exported = *x;
+      l->exporter = exporter;
+    } else {
+      LT_WARN("%s: LMR of %llu bytes not exported (%s): its peers there go by messages",
+              exporter->name(), static_cast<unsigned long long>(size), x.status().name());
+    }
+  }
   l->mem = region->addr;
   l->size = size;
   l->secret = {random_u64(), random_u64()};

@@ -21,9 +21,12 @@ class LmrStore {
   explicit LmrStore(uint32_t capacity) : table_(capacity) {}
 
   /// An LMR of `size` bytes (zero-filled) for `master`, its memory from
-  /// `t`'s alloc_memory with the liveness word after it. kInvalidArg for
-  /// size 0, kNoMemory when the system refuses, kNoResource when full.
-  Result<std::shared_ptr<LocalLmr>> create(uint64_t size, NodeId master, transport::Transport* t);
+  /// `t`'s alloc_memory with the liveness word after it, and exported to
+  /// `exporter` when there is one (a failed export only costs its peers
+  /// native access: they go by messages). kInvalidArg for size 0, kNoMemory
+  /// when the system refuses, kNoResource when full.
+  Result<std::shared_ptr<LocalLmr>> create(uint64_t size, NodeId master, transport::Transport* t,
+                                           transport::Transport* exporter);
 
   /// Runs f(LocalLmr&) -> Status on the LMR `ref` names once `ref` proves
   /// `need` on [off, off + len): kBadHandle (no such LMR), kMalformed,

@@ -102,7 +102,8 @@ void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey
   } else if (len > 0) {
     EndpointRef ep;
     s = endpoint(from, default_deadline(), &ep);
-    if (s.is_ok() && (len > UINT32_MAX || !peers_.native(from))) {
+    transport::Transport* via = peers_.via(from);
+    if (s.is_ok() && (len > UINT32_MAX || via == nullptr || !via->caps().one_sided)) {
       s = Code::kMalformed;
     }
     if (s.is_ok()) {

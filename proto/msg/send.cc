@@ -46,9 +46,10 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   if (len <= caps.eager_max) return send_eager(node, port, buf, len, no_request, credit);
   // Staged when the transport reads natively but cannot place (no
   // cross-memory attach): placement is one copy and needs no stage, so it
-  // goes by the pull below.
-  if (uint64_t off;
-      caps.one_sided && !caps.placement && peers_.native(node) && stage_.alloc(node, len, &off)) {
+  // goes by the pull below. The stage's key is the memory transport's, so
+  // only that one reads it.
+  if (uint64_t off; caps.one_sided && !caps.placement && via == transports_.memory() &&
+                    stage_.alloc(node, len, &off)) {
     return send_staged(node, port, buf, len, off, no_request, credit);
   }
   if (no_request) return Code::kUnsupported;  // goes by the pull: the caller uses send_async

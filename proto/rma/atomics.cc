@@ -30,15 +30,16 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
     return true;
   }
   EndpointRef ep;
-  if (!native_endpoint(m, &ep)) return false;
+  uint64_t rkey = 0;
+  if (!native_endpoint(m, &ep, &rkey)) return false;
   WorkRequest wr;
   wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
   wr.num_sge = 1;
   wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
-  wr.remote = {off, m.rkey};
+  wr.remote = {off, rkey};
   wr.operand = operand;
   wr.compare = compare;
-  *s = native_op(m, ep.get(), wr);
+  *s = native_op(m, rkey, ep.get(), wr);
   return true;
 }
 

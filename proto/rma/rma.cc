@@ -28,13 +28,14 @@ bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf
     return true;
   }
   EndpointRef ep;
-  if (len > UINT32_MAX || !native_endpoint(m, &ep)) return false;
+  uint64_t rkey = 0;
+  if (len > UINT32_MAX || !native_endpoint(m, &ep, &rkey)) return false;
   WorkRequest wr;
   wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
   wr.num_sge = 1;
   wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
-  wr.remote = {off, m.rkey};
-  *s = native_op(m, ep.get(), wr);
+  wr.remote = {off, rkey};
+  *s = native_op(m, rkey, ep.get(), wr);
   return true;
 }
 

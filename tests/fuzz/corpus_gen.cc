@@ -106,8 +106,8 @@ void msg_seeds() {
   put("msg", "reply", raw(h(MsgOp::kReply)));
   put("msg", "reply-data", raw(h(MsgOp::kReply)) + "read data");
   put("msg", "reply-error", raw(make_header(MsgOp::kReply, 9, Code::kPerm)));
-  put("msg", "alloc-reply", raw(AllocReply{h(MsgOp::kAllocReply), 1, 2, 3, 4096, 0}));
-  put("msg", "map-reply", raw(MapReply{h(MsgOp::kMapReply), 3, kRightRead, 4096, ref, 0}));
+  put("msg", "alloc-reply", raw(AllocReply{h(MsgOp::kAllocReply), 1, 2, 3, 4096, 0, 0}));
+  put("msg", "map-reply", raw(MapReply{h(MsgOp::kMapReply), 3, kRightRead, 4096, ref, 0, 0}));
   put("msg", "atomic-reply", raw(AtomicReply{h(MsgOp::kAtomicReply), 41}));
   put("msg", "rpc-reply", raw(h(MsgOp::kRpcReply)) + "response");
   put("msg", "rpc-reply-error", raw(make_header(MsgOp::kRpcReply, 9, Code::kNoHandler)));

@@ -87,10 +87,36 @@ Result<MemPools::Pool*> MemPools::add_pool(size_t len, bool dedicated) {
 }
 
 void MemPools::release_pool(Pool* p) {
-  spans_[p->span].len.store(0, std::memory_order_release);
+  if (!p->adopted) spans_[p->span].len.store(0, std::memory_order_release);
   if (p->mr != nullptr) ibv_dereg_mr(p->mr);
-  ::munmap(p->base, p->len);
+  if (!p->adopted) ::munmap(p->base, p->len);
   p->mr = nullptr;
+}
+
+Result<MemRegion> MemPools::adopt(std::span<std::byte> mem) {
+  const uint64_t pages = mem.size() / kPage;
+  if (reinterpret_cast<uintptr_t>(mem.data()) % kPage != 0 || mem.size() % kPage != 0 ||
+      pages == 0 || pages > 0x7fffffffull || !zero_based_) {
+    return Code::kInvalidArg;
+  }
+  ibv_mr* mr = ibv_reg_mr_iova(dev_.pd(), mem.data(), mem.size(), 0, kAccess);
+  if (mr == nullptr) {
+    LT_ERROR("rc: registering %zu bytes of LMR memory on %s: %s (locked-memory limit? ulimit -l)",
+             mem.size(), dev_.choice().device.c_str(), std::strerror(errno));
+    return Code::kNoMemory;
+  }
+  auto p = std::make_unique<Pool>();
+  p->base = mem.data();
+  p->len = mem.size();
+  p->mr = mr;
+  p->dedicated = true;
+  p->adopted = true;
+  const uint64_t rkey = kDedicated | (pages << 32) | mr->rkey;
+  p->live[0] = rkey;
+  std::lock_guard<std::mutex> g(mu_);
+  reap(now_ns());
+  pools_.push_back(std::move(p));
+  return MemRegion{mem.data(), mem.size(), mr->lkey, rkey};
 }
 
 // First fit over the pool's free runs.
@@ -136,12 +162,7 @@ Result<MemRegion> MemPools::alloc(size_t len) {
     (*p)->live[0] = rkey;
     return MemRegion{(*p)->base, (*p)->len, (*p)->mr->lkey, rkey};
   }
-  const uint64_t now = now_ns();
-  while (!quarantine_.empty() && now - quarantine_.front().since_ns > kQuarantineNs) {
-    const Quarantined& q = quarantine_.front();
-    give_back(q.pool, q.first, q.pages);
-    quarantine_.pop_front();
-  }
+  reap(now_ns());
   Pool* pool = nullptr;
   uint64_t first = 0;
   for (auto& p : pools_) {
@@ -161,14 +182,33 @@ Result<MemRegion> MemPools::alloc(size_t len) {
   return MemRegion{pool->base + first * kPage, pages * kPage, pool->mr->lkey, rkey};
 }
 
+void MemPools::reap(uint64_t now) {
+  while (!quarantine_.empty() && now - quarantine_.front().since_ns > kQuarantineNs) {
+    const Quarantined& q = quarantine_.front();
+    give_back(q.pool, q.first, q.pages);
+    quarantine_.pop_front();
+  }
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    Pool* p = it->get();
+    if (p->retired_ns != 0 && now - p->retired_ns > kQuarantineNs) {
+      release_pool(p);
+      it = pools_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void MemPools::free(const MemRegion& r) {
   std::lock_guard<std::mutex> g(mu_);
   for (auto it = pools_.begin(); it != pools_.end(); ++it) {
     Pool* p = it->get();
     if (r.addr < p->base || r.addr >= p->base + p->len || p->mr == nullptr) continue;
+    if (p->retired_ns != 0) continue;  // an earlier registration of the same addresses
     if (p->dedicated) {
-      release_pool(p);
-      pools_.erase(it);
+      p->live.clear();
+      p->retired_ns = now_ns();
+      reap(p->retired_ns);
       return;
     }
     const uint64_t first = static_cast<uint64_t>(r.addr - p->base) / kPage;
@@ -198,7 +238,7 @@ bool MemPools::slice_of(const void* ptr, size_t len, MemRegion* out) const {
   const auto* b = static_cast<const std::byte*>(ptr);
   std::lock_guard<std::mutex> g(mu_);
   for (auto& p : pools_) {
-    if (b < p->base || b >= p->base + p->len || p->mr == nullptr) continue;
+    if (b < p->base || b >= p->base + p->len || p->mr == nullptr || p->retired_ns != 0) continue;
     const uint64_t page = static_cast<uint64_t>(b - p->base) / kPage;
     auto it = p->live.upper_bound(page);
     if (it == p->live.begin()) return false;

@@ -18,8 +18,8 @@
 // A freed slice stays registered and waits kQuarantineNs before it is
 // handed out again, so a peer's late access to a freed LMR reads a zeroed
 // liveness word (proto's check) rather than a reused one. A freed dedicated
-// registration is deregistered at once; a peer that still uses it breaks its
-// connection with a remote access error.
+// or adopted registration stays registered as long (its pages stay pinned
+// by it, even once adopted memory is unmapped by its owner), then goes.
 //
 // Thread-safe: alloc and free take one mutex (not a hot path); lkey_of reads
 // an immutable snapshot.
@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -64,6 +65,13 @@ class MemPools {
   /// system refuses the memory or the registration.
   Result<MemRegion> alloc(size_t len);
   void free(const MemRegion& r);
+  /// Registers `mem` (page-aligned memory this object does not own) as a
+  /// dedicated registration: the returned region's rkey reaches it as one
+  /// from alloc() does. kInvalidArg when `mem` is not page-aligned,
+  /// kNoMemory when the registration is refused. Undo with free(); the
+  /// memory itself stays the caller's. It is not found by lkey_of (only
+  /// peers use it; a local post from it goes by a bounce buffer).
+  Result<MemRegion> adopt(std::span<std::byte> mem);
   /// The lkey of registered memory that holds [p, p + len), or 0; *addr is
   /// what a local sge names p by (its offset in a zero-based pool).
   uint32_t lkey_of(const void* p, size_t len, uint64_t* addr) const;
@@ -79,6 +87,8 @@ class MemPools {
     size_t len = 0;
     ibv_mr* mr = nullptr;
     bool dedicated = false;
+    bool adopted = false;     // adopt(): the memory is not ours to unmap
+    uint64_t retired_ns = 0;  // dedicated, freed at this time: released kQuarantineNs later
     std::map<uint64_t, uint64_t> free_pages;  // first page -> pages, coalesced
     std::map<uint64_t, uint64_t> live;        // first page -> rkey, of allocated slices
     size_t span = 0;                          // its index in spans_
@@ -94,6 +104,8 @@ class MemPools {
   void release_pool(Pool* p);
   bool take(Pool* p, uint64_t pages, uint64_t* first);
   void give_back(Pool* p, uint64_t first, uint64_t pages);
+  // Under mu_: ends the quarantine of slices and retired pools that served it.
+  void reap(uint64_t now);
 
   VerbsDevice& dev_;
   size_t pool_bytes_;

@@ -6,7 +6,7 @@ namespace lt::transport {
 
 Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config) {
   (void)config;
-  LT_ERROR("rc: this ltier was built without libibverbs (install libibverbs-dev and rebuild)");
+  LT_INFO("rc: this ltier was built without libibverbs (install libibverbs-dev and rebuild)");
   return Code::kUnsupported;
 }
 

@@ -86,7 +86,13 @@ Status VerbsTransport::open_device() {
   auto devices = list_devices(&why);
   auto choice = choose(devices, c, &why);
   if (!choice) {
-    LT_ERROR("rc: %s", why.c_str());
+    // No device at all is the common case on a host without RDMA: the
+    // default transports name rc everywhere, so that is not an error.
+    if (devices.empty()) {
+      LT_INFO("rc: %s", why.c_str());
+    } else {
+      LT_ERROR("rc: %s", why.c_str());
+    }
     return choice.status();
   }
   const uint32_t cq = 16384;
@@ -230,6 +236,15 @@ void VerbsTransport::deregister_memory(const MemRegion& r) {
   std::lock_guard<std::mutex> g(reg_mu_);
   regs_.erase(r.lkey);
 }
+
+// Another transport's LMR memory (shm's, on a node running both): its own
+// zero-based registration, so peers reach it as they reach a pool slice.
+Result<MemRegion> VerbsTransport::export_memory(std::span<std::byte> mem, Access a) {
+  (void)a;  // pools are registered with every remote right; proto checks rights
+  return pools_->adopt(mem);
+}
+
+void VerbsTransport::unexport_memory(const MemRegion& r) { pools_->free(r); }
 
 // --- completions shared by all threads ---
 

@@ -68,6 +68,8 @@ class VerbsTransport final : public Transport {
   void deregister_memory(const MemRegion& r) override;
   Result<MemRegion> alloc_memory(size_t len, Access a) override;
   void free_memory(const MemRegion& r) override;
+  Result<MemRegion> export_memory(std::span<std::byte> mem, Access a) override;
+  void unexport_memory(const MemRegion& r) override;
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }

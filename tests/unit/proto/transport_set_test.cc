@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "transport/factory.h"
+
 namespace lt::proto {
 namespace {
 
@@ -74,6 +76,39 @@ TEST(TransportSet, WithoutShmASameHostPeerGetsTcpAndSaysWhy) {
   EXPECT_STREQ(t->name(), "tcp");
   EXPECT_STREQ(why, "same host, but shm is not in this node's transports");
   EXPECT_STREQ(s.memory()->name(), "tcp");
+}
+
+// Where there is no RDMA device (or no libibverbs in the build), rc steps
+// aside: the default list joins over the others, rc alone joins nothing.
+TEST(TransportSet, RcStepsAsideWithoutADevice) {
+  if (transport::make_rc_transport(local_config("rc"))) {
+    GTEST_SKIP() << "this host has an RDMA device";
+  }
+  TransportSet s;
+  ASSERT_TRUE(s.build(local_config("shm,rc,tcp")).is_ok());
+  ASSERT_EQ(s.all().size(), 2u);
+  EXPECT_STREQ(s.all()[0]->name(), "shm");
+  EXPECT_STREQ(s.all()[1]->name(), "tcp");
+  EXPECT_EQ(s.exporter(), nullptr);
+  TransportSet alone;
+  EXPECT_EQ(alone.build(local_config("rc")).code(), Code::kUnsupported);
+  EXPECT_EQ(Config().transports, "shm,rc,tcp");
+}
+
+// Which of a peer's LMR keys a transport uses: its place among the peer's
+// native-memory transports, best rank first; none for one without native
+// memory or one the peer does not offer.
+TEST(TransportSet, NativeSlotIsThePlaceAmongThePeersNativeTransports) {
+  TransportSet s;
+  ASSERT_TRUE(s.build(local_config("shm,tcp")).is_ok());
+  transport::Transport* shm = s.all()[0].get();
+  transport::Transport* tcp = s.all()[1].get();
+  PeerInfo both{2, s.host_id(), {{"tcp", "127.0.0.1:1"}, {"rc", "10.0.0.1:2"}, {"shm", "shm:1:x"}}};
+  EXPECT_EQ(s.native_slot(both, shm), 0);
+  EXPECT_EQ(s.native_slot(both, tcp), -1);
+  EXPECT_EQ(s.native_slot(both, nullptr), -1);
+  PeerInfo no_shm{3, s.host_id(), {{"tcp", "127.0.0.1:1"}, {"rc", "10.0.0.1:2"}}};
+  EXPECT_EQ(s.native_slot(no_shm, shm), -1);
 }
 
 TEST(TransportAddresses, FormatAndParseRoundTripAndSkipJunk) {
