@@ -15,6 +15,8 @@ namespace lt::proto {
 
 Engine::Engine(const Config& config)
     : config_(config),
+      wait_gauge_(config.engine.spin_us * 1000ull, kMaxLearnedSpinNs),
+      serve_gauge_(config.engine.progress_spin_us * 1000ull, kMaxLearnedSpinNs),
       sched_(config.qos),
       membership_(make_membership(config.cluster)),
       lmrs_(1u << 16),

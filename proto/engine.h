@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/spin_gauge.h"
 #include "proto/lmr/handles.h"
 #include "proto/lmr/lmr_store.h"
 #include "proto/member_events.h"
@@ -335,6 +336,8 @@ class Engine {
   bool native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey);
   Status native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
                    const transport::WorkRequest& wr);
+  Status post_checked(NodeId owner, transport::Endpoint* ep,
+                      std::span<const transport::WorkRequest> wrs);
   // ---- rma/atomics.cc
   bool atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
                      uint64_t compare, uint64_t* old, Status* s);
@@ -395,6 +398,11 @@ class Engine {
   void send_credit(NodeId to);
 
   Config config_;
+  // Spin budgets learned from waits (common/spin_gauge.h): a caller's wait
+  // for a request or credits, and the progress thread's gap between served
+  // requests. Both start at the configured spin and stop at kMaxLearnedSpinNs.
+  SpinGauge wait_gauge_, serve_gauge_;
+  static constexpr uint64_t kMaxLearnedSpinNs = 500000;
   qos::Scheduler sched_;
   std::unique_ptr<Membership> membership_;  // ltier-manager's today (make_membership)
   MemberEvents events_;

@@ -99,8 +99,9 @@ void Engine::progress_loop() {
   // microseconds on small VMs. Replies alone (this node as a client) do not
   // start a spin: the caller waiting for them spins itself, and a third busy
   // thread on a 2-core machine hurts everyone. Then sleep: an idle engine
-  // costs no CPU.
-  const uint64_t spin_ns = config_.engine.progress_spin_us * 1000ull;
+  // costs no CPU. How long: engine.progress_spin_us, or up to twice the
+  // usual gap between served requests when that is longer (serve_gauge_), so
+  // a client whose next call comes a little later still finds us awake.
   // Parked while callers spin: first for one spin budget, then, while they
   // keep spinning (a ping-pong: they poll for everyone), twice as long each
   // time up to kMaxParkNs. Every wake-up of a parked thread takes a core
@@ -110,6 +111,7 @@ void Engine::progress_loop() {
   const uint64_t base_park_ns = std::max<uint64_t>(config_.engine.spin_us, 10) * 1000ull;
   uint64_t park_ns = base_park_ns;
   uint64_t spin_until = 0, yield_at = 0, next_manager_check = 0, next_collect = 0;
+  uint64_t last_served = 0;
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
     bool did = progress();
@@ -127,7 +129,9 @@ void Engine::progress_loop() {
       apply_events(events);
     }
     if (served_.load(std::memory_order_relaxed) != served_before) {
-      spin_until = now + spin_ns;
+      if (last_served != 0) serve_gauge_.note(now - last_served);
+      last_served = now;
+      spin_until = now + serve_gauge_.budget_ns();
       yield_at = now + kSpinYieldNs;
     }
     if (did) {

@@ -58,7 +58,7 @@ void Engine::end_spin(bool will_sleep) {
 }
 
 Status Engine::wait_credits(uint32_t seen, Deadline d) {
-  uint64_t spin_until = now_ns() + config_.engine.spin_us * 1000ull;
+  const uint64_t spin_until = now_ns() + wait_gauge_.budget_ns();
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   while (credits_.epoch() == seen && now_ns() < spin_until) {
     if (!progress()) cpu_relax();
@@ -72,7 +72,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   if (r == nullptr) return Code::kBadHandle;
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.
-  uint64_t spin_until = 0, yield_at = 0;
+  uint64_t spin_until = 0, yield_at = 0, started = 0;
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; !r->done(); ++i) {
     if (!progress(&r->word)) cpu_relax();
@@ -80,7 +80,8 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     uint64_t now = now_ns();
     if (spin_until == 0) {
       d.fix(now);  // a lazy deadline starts here, a few polls into the call
-      spin_until = now + config_.engine.spin_us * 1000ull;
+      started = now;
+      spin_until = now + wait_gauge_.budget_ns();
       yield_at = now + kSpinYieldNs;
       continue;
     }
@@ -105,6 +106,9 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     }
     r->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
+  // A wait long enough to read the clock teaches the gauge how long waits
+  // last here (one that slept included: spinning would have saved its wake-up).
+  if (started != 0) wait_gauge_.note(now_ns() - started);
   Status s = r->status;
   if (res != nullptr) {
     res->alloc = r->alloc;

@@ -57,6 +57,10 @@ struct Caps {  // read once per peer; values the device granted
   /// before it posts, so only a bug gets there. Bounds are checked at post
   /// either way.
   bool rkey_checked = false;
+  /// A post of [kRead flagged kWrGuard, kRead] reads both in one round trip
+  /// and honours the guard (see kWrGuard). Without it the guard flag is
+  /// ignored: the caller reads the guard word first and checks it itself.
+  bool guarded_reads = false;
   uint32_t max_inline = 0;
   uint32_t max_msg = 0;  // largest message payload (sum of the sges) a post accepts
   /// Messages up to this size go eager over this transport (copied at both
@@ -101,6 +105,12 @@ inline constexpr uint8_t kWrMustQueue = 2;
 // message and send it with the next post without the flag, or at flush():
 // one system call for the batch. Ignored where it does not help.
 inline constexpr uint8_t kWrMore = 4;
+// WorkRequest::flags on an 8-byte kRead (with Caps::guarded_reads): the word
+// read must equal `compare`. Posted first in one post with one more kRead,
+// the two are read together; when the word differs the post fails with
+// kBadHandle and the second read's destinations are left untouched (what was
+// read there may belong to memory reused since: it never reaches them).
+inline constexpr uint8_t kWrGuard = 8;
 inline constexpr int kMaxSge = 2;
 
 /// Trivially copyable, preallocated by the caller. By op:

@@ -31,25 +31,41 @@ bool Engine::native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey) 
 
 // One native op on a peer's LMR (rights and bounds were checked against the
 // handle): first the LMR's liveness word, so an op on a freed LMR fails
-// with kBadHandle as it would at the owner, then the op itself.
+// with kBadHandle as it would at the owner, then the op itself. A read goes
+// with its check in one round trip where the transport can guard it
+// (Caps::guarded_reads); a write or an atomic must not start before the
+// check passed, so it pays the check's round trip first.
 Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
                          const WorkRequest& wr) {
   uint64_t alive = 0;
-  WorkRequest chk;
+  WorkRequest pair[2];
+  WorkRequest& chk = pair[0];
   chk.op = transport::Op::kRead;
   chk.num_sge = 1;
   chk.sge[0] = {reinterpret_cast<std::byte*>(&alive), sizeof(alive), 0};
   chk.remote = {alive_offset(m.size), rkey};
-  for (const WorkRequest* w : {static_cast<const WorkRequest*>(&chk), &wr}) {
-    auto r = ep->post(std::span<const WorkRequest>(w, 1));
-    if (!r) {
-      if (r.status().code() == Code::kPeerDown) peers_.retire(m.owner);
-      return r.status().code() == Code::kOutOfBounds ? Code::kBadHandle : r.status();
-    }
-    if (*r != 1) return Code::kNoResource;  // one-sided ops never queue; not expected
-    if (w == &chk && alive != m.key) return Code::kBadHandle;
+  const transport::Transport* via = peers_.via(m.owner);
+  if (wr.op == transport::Op::kRead && via != nullptr && via->caps().guarded_reads) {
+    chk.flags = transport::kWrGuard;
+    chk.compare = m.key;
+    pair[1] = wr;
+    return post_checked(m.owner, ep, std::span<const WorkRequest>(pair, 2));
   }
-  return Status::ok();
+  LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(&chk, 1)));
+  if (alive != m.key) return Code::kBadHandle;
+  return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
+}
+
+// Posts one-sided ops that complete when post returns: all of them, or the
+// first failure (an op outside the LMR's registration is a stale handle).
+Status Engine::post_checked(NodeId owner, transport::Endpoint* ep,
+                            std::span<const WorkRequest> wrs) {
+  auto r = ep->post(wrs);
+  if (!r) {
+    if (r.status().code() == Code::kPeerDown) peers_.retire(owner);
+    return r.status().code() == Code::kOutOfBounds ? Code::kBadHandle : r.status();
+  }
+  return *r == wrs.size() ? Status::ok() : Status(Code::kNoResource);  // never queued; not expected
 }
 
 }  // namespace lt::proto

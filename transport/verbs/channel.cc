@@ -227,16 +227,20 @@ void Channel::on_completion(const ibv_wc& wc) {
 }
 
 // Polls the send CQ (as any thread may) until request `seq` completed.
-// Spins first, then yields, then sleeps in growing steps: on 2 cores the
-// poller or the peer may need this core. A failed channel whose request
-// never completes gives up after kFailWaitNs (its QP is in error; the
-// completion is a flush the device should have made).
+// Spins first (polls and yields: on 2 cores the poller, the peer or a
+// software device may need this core) for the transport's learned budget,
+// twice the usual time an op takes here (verbs.spin_us at least), then
+// sleeps in growing steps. A failed channel whose request never completes
+// gives up after 2 s (its QP is in error; the completion is a flush the
+// device should have made).
 Status Channel::wait_for(uint32_t seq) {
   Wqe& w = wqes_[seq % depth_];
   const uint64_t start = now_ns();
+  const uint64_t spin_ns = t_->op_gauge().budget_ns();
   uint64_t failed_at = 0;
   for (uint32_t i = 0;; ++i) {
     if (w.done.load(std::memory_order_acquire) == uint64_t{seq} + 1) {
+      if (i >= 64) t_->op_gauge().note(now_ns() - start);
       return static_cast<Code>(w.status.load(std::memory_order_relaxed));
     }
     t_->poll_send_cq();
@@ -246,7 +250,7 @@ Status Channel::wait_for(uint32_t seq) {
       if (failed_at == 0) failed_at = now;
       if (now - failed_at > 2'000'000'000ull) return Code::kPeerDown;
     }
-    if (now - start < 20'000) {
+    if (now - start < spin_ns) {
       sched_yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(now - start < 1'000'000 ? 5 : 50));
@@ -265,7 +269,6 @@ Status Channel::execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t loc
   ibv_send_wr s{};
   s.sg_list = len != 0 ? &sge : nullptr;
   s.num_sge = len != 0 ? 1 : 0;
-  s.send_flags = IBV_SEND_SIGNALED;
   switch (wr.op) {
     case Op::kRead:
       s.opcode = IBV_WR_RDMA_READ;
@@ -292,22 +295,33 @@ Status Channel::execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t loc
     s.wr.rdma.remote_addr = raddr;
     s.wr.rdma.rkey = rkey;
   }
+  return post_and_wait(&s, 1);
+}
+
+// Posts `n` one-sided work requests chained (one doorbell), only the last
+// signaled, and waits for it: RC completes them in order, and a failed one
+// completes (with an error) whether signaled or not.
+Status Channel::post_and_wait(ibv_send_wr* chain, uint32_t n) {
   uint32_t seq = 0;
   for (;;) {
     {
       std::lock_guard<SpinLock> g(mu_);
       if (failed()) return Code::kPeerDown;
-      if (room_locked(0)) {
+      if (room_locked(0) && next_seq_ + n - done_seq_.load(std::memory_order_relaxed) < depth_) {
         seq = next_seq_;
-        Wqe& w = wqes_[seq % depth_];
-        w.user_wr_id = 0;
-        w.ring_end = ring_head_;
-        w.report = false;
-        w.done.store(0, std::memory_order_relaxed);
-        s.wr_id = make_wr_id(seq);
+        for (uint32_t k = 0; k < n; ++k) {
+          Wqe& w = wqes_[(seq + k) % depth_];
+          w.user_wr_id = 0;
+          w.ring_end = ring_head_;
+          w.report = false;
+          w.done.store(0, std::memory_order_relaxed);
+          chain[k].wr_id = make_wr_id(seq + k);
+          chain[k].next = k + 1 < n ? &chain[k + 1] : nullptr;
+          chain[k].send_flags = k + 1 < n ? 0 : IBV_SEND_SIGNALED;
+        }
         ibv_send_wr* bad = nullptr;
-        if (ibv_post_send(qp_->raw(), &s, &bad) != 0) return Code::kPeerDown;
-        next_seq_ = seq + 1;
+        if (ibv_post_send(qp_->raw(), chain, &bad) != 0) return Code::kPeerDown;
+        next_seq_ = seq + n;
         since_signal_ = 0;
         break;
       }
@@ -315,8 +329,56 @@ Status Channel::execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t loc
     t_->poll_send_cq();
     sched_yield();
   }
-  t_->count_posted(1);
-  return wait_for(seq);
+  t_->count_posted(n);
+  return wait_for(seq + n - 1);
+}
+
+// A guarded read (transport.h kWrGuard): the guard word and the data are
+// read together into the bounce buffer, one round trip, and the data
+// reaches the caller's buffers only when the word matched. Data too large
+// for the bounce buffer waits for the guard instead: two round trips.
+Status Channel::execute_guarded(const WorkRequest& guard, const WorkRequest& rd) {
+  if (guard.op != Op::kRead || guard.num_sge != 1 || guard.sge[0].len != 8 || rd.op != Op::kRead) {
+    return Code::kInvalidArg;
+  }
+  uint64_t total = 0;
+  for (int i = 0; i < rd.num_sge; ++i) total += rd.sge[i].len;
+  if (total + 8 > bounce_.len) {
+    LT_RETURN_IF_ERROR(execute(guard));
+    uint64_t word = 0;
+    std::memcpy(&word, guard.sge[0].addr, 8);
+    if (word != guard.compare) return Code::kBadHandle;
+    return execute(rd);
+  }
+  ibv_sge sge[2];
+  ibv_send_wr chain[2]{};
+  const WorkRequest* wrs[2] = {&guard, &rd};
+  const uint32_t lens[2] = {8, static_cast<uint32_t>(total)};
+  std::lock_guard<std::mutex> g(bounce_mu_);
+  for (int k = 0; k < 2; ++k) {
+    uint32_t rkey = 0;
+    uint64_t raddr = 0;
+    if (!decode_rkey(wrs[k]->remote.rkey, wrs[k]->remote.addr, lens[k], &rkey, &raddr)) {
+      return Code::kOutOfBounds;
+    }
+    sge[k] = {reinterpret_cast<uint64_t>(bounce_.addr) + (k == 0 ? 0 : 8), lens[k], bounce_.lkey};
+    chain[k].sg_list = lens[k] != 0 ? &sge[k] : nullptr;
+    chain[k].num_sge = lens[k] != 0 ? 1 : 0;
+    chain[k].opcode = IBV_WR_RDMA_READ;
+    chain[k].wr.rdma.remote_addr = raddr;
+    chain[k].wr.rdma.rkey = rkey;
+  }
+  LT_RETURN_IF_ERROR(post_and_wait(chain, 2));
+  std::memcpy(const_cast<std::byte*>(guard.sge[0].addr), bounce_.addr, 8);
+  uint64_t word = 0;
+  std::memcpy(&word, bounce_.addr, 8);
+  if (word != guard.compare) return Code::kBadHandle;
+  const std::byte* src = bounce_.addr + 8;
+  for (int i = 0; i < rd.num_sge; ++i) {
+    if (rd.sge[i].len != 0) std::memcpy(const_cast<std::byte*>(rd.sge[i].addr), src, rd.sge[i].len);
+    src += rd.sge[i].len;
+  }
+  return Status::ok();
 }
 
 Status Channel::execute(const WorkRequest& wr) {

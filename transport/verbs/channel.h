@@ -38,6 +38,7 @@
 #include "transport/verbs/rc_qp.h"
 
 struct ibv_wc;
+struct ibv_send_wr;
 
 namespace lt::transport::verbs {
 
@@ -72,6 +73,8 @@ class Channel {
   Result<bool> post_message(const WorkRequest& wr);
   /// A one-sided op, done when this returns (see the header comment).
   Status execute(const WorkRequest& wr);
+  /// A kWrGuard read and the read it guards (transport.h), done when this returns.
+  Status execute_guarded(const WorkRequest& guard, const WorkRequest& rd);
   /// Called with the transport's send-CQ lock held.
   void on_completion(const ibv_wc& wc);
   /// The poller: post what the backlog holds while there is room.
@@ -114,6 +117,7 @@ class Channel {
   void enqueue_locked(const WorkRequest& wr, uint32_t len);
   bool pump_locked();
   Status wait_for(uint32_t seq);
+  Status post_and_wait(ibv_send_wr* chain, uint32_t n);
   Status execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t local, uint32_t lkey,
                        uint32_t len);
 

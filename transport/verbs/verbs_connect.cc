@@ -52,6 +52,10 @@ Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire) || channels_.empty()) return Status(Code::kPeerDown);
   Channel* ch = pick();
   const Caps& caps = t_->caps();
+  if (wrs.size() == 2 && (wrs[0].flags & kWrGuard) != 0) {
+    LT_RETURN_IF_ERROR(ch->execute_guarded(wrs[0], wrs[1]));
+    return size_t{2};
+  }
   for (size_t i = 0; i < wrs.size(); ++i) {
     const WorkRequest& wr = wrs[i];
     Status s;

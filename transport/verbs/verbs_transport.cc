@@ -35,7 +35,9 @@ void drain(int fd) {
 }  // namespace
 
 VerbsTransport::VerbsTransport(const Config& config)
-    : config_(config.verbs), max_msg_(config.verbs.max_msg_bytes) {}
+    : config_(config.verbs),
+      max_msg_(config.verbs.max_msg_bytes),
+      op_gauge_(config.verbs.spin_us * 1000ull, kMaxLearnedSpinNs) {}
 
 VerbsTransport::~VerbsTransport() {
   if (control_.joinable()) {
@@ -190,6 +192,7 @@ Status VerbsTransport::init() {
   caps_.atomics64 = true;
   caps_.needs_registration = false;
   caps_.placement = false;
+  caps_.guarded_reads = true;
   caps_.max_msg = c.max_msg_bytes;
   caps_.eager_max = std::min(c.eager_max_bytes, c.max_msg_bytes);
   caps_.max_batch = c.send_depth / 2;

@@ -36,6 +36,7 @@
 
 #include "common/config.h"
 #include "common/net.h"
+#include "common/spin_gauge.h"
 #include "common/spinlock.h"
 #include "transport/conn_table.h"
 #include "transport/hello.h"
@@ -91,6 +92,8 @@ class VerbsTransport final : public Transport {
   void report_send_done(uint64_t wr_id, Code code);
   void note_backlog(Channel* c);
   void break_conn(VerbsConn* c);
+  /// How long a one-sided op takes here, learned (channel.h wait_for).
+  SpinGauge& op_gauge() { return op_gauge_; }
 
  private:
   friend class VerbsConn;
@@ -147,6 +150,8 @@ class VerbsTransport final : public Transport {
   std::atomic<size_t> qps_{0};
   std::atomic<uint64_t> posted_{0};  // work requests not yet completed, all QPs
   uint64_t cq_limit_ = 0;
+  SpinGauge op_gauge_;  // floor verbs.spin_us, cap kMaxLearnedSpinNs
+  static constexpr uint64_t kMaxLearnedSpinNs = 500000;
 
   ConnTable<VerbsConn> conns_;
 
