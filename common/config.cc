@@ -127,10 +127,13 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "(process_vm_writev, one copy) where the kernel allows it; 0, or where it does not: the "
        "stage (shm.stage_bytes), then the pull",
        K::kU32, &c.shm.cma},
-      {"engine.spin_us", "LTIER_SPIN_US", "a waiting caller spins this long, then blocks", K::kU32,
-       &c.engine.spin_us},
+      {"engine.spin_us", "LTIER_SPIN_US",
+       "a waiting caller spins at least this long (longer, up to 500 us, where waits here "
+       "usually last longer), then blocks",
+       K::kU32, &c.engine.spin_us},
       {"engine.progress_spin_us", "LTIER_PROGRESS_SPIN_US",
-       "after serving a peer, the progress thread keeps polling this long before it sleeps",
+       "after serving a peer, the progress thread keeps polling at least this long (up to "
+       "twice the usual gap between requests, at most 500 us) before it sleeps",
        K::kU32, &c.engine.progress_spin_us},
       {"engine.op_timeout_ms", "LTIER_OP_TIMEOUT_MS", "default timeout of blocking calls", K::kU32,
        &c.engine.op_timeout_ms},

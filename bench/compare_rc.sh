@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# compare_rc.sh: ltier over rc side by side with perftest and ucx_perftest on the same
+# Soft-RoCE device, in ONE guest run. Run it inside the guest the test harness boots:
+#
+#   cd build && ../tests/rdma/rxe-guest --timeout 900 -- bash ../bench/compare_rc.sh [ROUNDS] [ITERS]
+#
+# Every round runs, 8-byte messages, in an order that alternates between rounds:
+#   perftest      ib_read_lat, ib_write_lat, ib_atomic_lat, ib_send_lat (half round trip)
+#   ucx_perftest  UCT level over rc_verbs on rxe0:1 (-x rc_verbs -d rxe0:1): put_lat and
+#                 am_lat (half round trip), get and fadd (round trip). UCP level
+#                 (tag_lat) needs ud_verbs for its wire-up, whose endpoints time out under
+#                 TCG emulation, so the UCT tests stand in for it.
+#   ltier-perf    read, write, fetch_add, rpc, send (round trips), LTIER_TRANSPORTS=rc,tcp
+# and prints one line per point, then the median of each point across rounds. Soft-RoCE
+# under TCG emulation measures software cost, not wire speed: compare within a run only.
+set -u -o pipefail
+
+ROUNDS=${1:-3}
+ITERS=${2:-1000}
+HERE=$(cd "$(dirname "$0")" && pwd)
+BUILD=${BUILD:-$(pwd)}
+PERF=$BUILD/tools/ltier-perf
+IP=${RXE_IP:-192.0.2.1}
+RAW=$(mktemp -d)
+trap 'rm -rf "$RAW"' EXIT
+
+# perftest: the "t_typical" column of the result line (microseconds, half round trip).
+run_perftest() {
+  local t=$1
+  "ib_${t}_lat" -d rxe0 -x 1 -s 8 -n "$ITERS" >/dev/null 2>&1 &
+  sleep 1
+  local v
+  v=$(timeout 120 "ib_${t}_lat" -d rxe0 -x 1 -s 8 -n "$ITERS" "$IP" 2>&1 |
+    awk '$1 == 8 && NF >= 5 { print $5 }' | tail -1)
+  wait
+  echo "perftest ib_${t}_lat ${v:-NA}"
+}
+
+# ucx_perftest: the typical latency (usec) of its final line.
+run_ucx() {
+  local t=$1 extra=()
+  [[ $t == get ]] && extra=(-D bcopy)  # rc_verbs has no short get
+  timeout 120 ucx_perftest -p 13337 >/dev/null 2>&1 &
+  sleep 1
+  local v
+  v=$(timeout 120 ucx_perftest "$IP" -p 13337 -x rc_verbs -d rxe0:1 -t "$t" "${extra[@]}" -s 8 -n "$ITERS" 2>&1 |
+    awk '/^ *Final:/ { print $3 }' | tail -1)
+  wait
+  echo "ucx_perftest $t ${v:-NA}"
+}
+
+run_ltier() {
+  LTIER_TRANSPORTS=rc,tcp timeout 300 "$PERF" --ops read,write,fetch_add,rpc,send --sizes 8 \
+    --iters "$ITERS" --warmup $((ITERS / 5)) 2>&1 |
+    awk '/^lat / { split($2, o, "="); split($5, p, "="); print "ltier-perf " o[2], p[2] }'
+}
+
+have_ucx=1
+command -v ucx_perftest >/dev/null || have_ucx=0
+for ((r = 1; r <= ROUNDS; r++)); do
+  order=(perftest ucx ltier)
+  ((r % 2 == 0)) && order=(ltier ucx perftest)
+  for tool in "${order[@]}"; do
+    case $tool in
+      perftest) for t in read write atomic send; do run_perftest $t; done ;;
+      ucx) ((have_ucx)) && for t in put_lat am_lat get fadd; do run_ucx $t; done ;;
+      ltier) run_ltier ;;
+    esac
+  done | tee -a "$RAW/all" | sed "s/^/round $r: /"
+done
+
+echo "== medians over $ROUNDS rounds, $ITERS iterations, 8 B, microseconds"
+echo "   (perftest, put_lat, am_lat: half round trip; get, fadd, ltier-perf: round trip)"
+awk '{ k = $1 " " $2; v[k] = v[k] " " $3 } END { for (k in v) print k, v[k] }' "$RAW/all" |
+  sort | while read -r tool point vals; do
+    med=$(tr ' ' '\n' <<<"$vals" | grep -v '^$' | grep -v NA | sort -g |
+      awk '{ a[NR] = $1 } END { if (NR == 0) print "NA"; else if (NR % 2) print a[(NR + 1) / 2];
+                               else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
+    printf '%-13s %-14s %s\n' "$tool" "$point" "$med"
+  done
