@@ -1,9 +1,21 @@
-// What the api/ files share: the configuration as the LT_* calls load it,
-// and Status as their negative return codes.
+// What the api/ files share: the engine behind an lt_engine_t, the
+// configuration as the LT_* calls load it, and Status as their negative
+// return codes.
 #pragma once
 
 #include "common/config.h"
+#include "common/siphash.h"
 #include "common/status.h"
+#include "proto/engine.h"
+
+struct lt_engine {
+  explicit lt_engine(const lt::Config& c) : core(c) {}
+  lt::proto::Engine core;
+  // Request ids leave the library XORed with this: an id of another engine
+  // (or a made-up one) names no request here, with overwhelming
+  // probability, instead of this engine's request in the same slot.
+  const uint64_t req_salt = lt::random_u64();
+};
 
 namespace lt::api {
 

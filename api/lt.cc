@@ -18,15 +18,6 @@
 #include "proto/engine.h"
 #include "proto/manager.h"
 
-struct lt_engine {
-  explicit lt_engine(const lt::Config& c) : core(c) {}
-  lt::proto::Engine core;
-  // Request ids leave the library XORed with this: an id of another engine
-  // (or a made-up one) names no request here, with overwhelming
-  // probability, instead of this engine's request in the same slot.
-  const uint64_t req_salt = lt::random_u64();
-};
-
 static_assert(LT_ERR_INVAL == static_cast<int>(lt::Code::kInvalidArg));
 static_assert(LT_ERR_BAD_HANDLE == static_cast<int>(lt::Code::kBadHandle));
 static_assert(LT_ERR_OUT_OF_BOUNDS == static_cast<int>(lt::Code::kOutOfBounds));

@@ -250,4 +250,10 @@ void Engine::peer_gone(NodeId n, bool member_down) {
 
 EngineStats Engine::stats() const { return {served_.load(), malformed_.load(), late_.load()}; }
 
+std::vector<std::pair<std::string, transport::TransportStats>> Engine::transport_stats() const {
+  std::vector<std::pair<std::string, transport::TransportStats>> out;
+  for (const auto& t : transports_.all()) out.emplace_back(t->name(), t->stats());
+  return out;
+}
+
 }  // namespace lt::proto

@@ -231,6 +231,8 @@ class Engine {
     Credits::Watch w_;
   };
   EngineStats stats() const;
+  /// Each transport's name and what it holds now (LT_stats).
+  std::vector<std::pair<std::string, transport::TransportStats>> transport_stats() const;
   const qos::Scheduler& scheduler() const { return sched_; }
 
  private:

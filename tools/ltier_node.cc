@@ -38,7 +38,11 @@ constexpr Command kCommands[] = {
      "[TIMEOUT_MS] -> ok KIND NODE [missed N] (LT_member_event; KIND up, down, expelled, "
      "manager_lost, rejoined; no timeout: look once)",
      cmd_event},
-    {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, tcp or self)", cmd_transport},
+    {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, rc, tcp or self)", cmd_transport},
+    {"stats",
+     "-> ok served=N malformed=N late=N NAME:conns=N,qps=N,spare=N,regs=N ... (LT_stats, one "
+     "NAME: per transport)",
+     cmd_stats},
     {"address", "-> ok HOST:PORT (this node's tcp transport)", cmd_address},
     {"malloc", "NODE SIZE RIGHTS -> ok HANDLE (RIGHTS: r, w, rw)", cmd_malloc},
     {"free", "H -> ok", cmd_free},

@@ -213,6 +213,14 @@ class Endpoint {  // one peer on one transport; thread-safe
   virtual bool alive() const = 0;
 };
 
+/// What a transport holds now (LT_stats).
+struct TransportStats {
+  uint64_t connections = 0;        // live connections to peers
+  uint64_t queue_pairs = 0;        // rc: QPs in use (K per connection, and any still closing)
+  uint64_t spare_queue_pairs = 0;  // rc: QPs made ahead of need, not connected yet
+  uint64_t registrations = 0;      // rc: memory registrations with the device
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -273,6 +281,8 @@ class Transport {
   virtual void flush() {}
   /// Readable when poll() has work; block on it once the spin budget is spent.
   virtual int wait_fd() const = 0;
+  /// What it holds now; any thread. The default counts nothing.
+  virtual TransportStats stats() const { return {}; }
 };
 
 }  // namespace lt::transport

@@ -21,6 +21,21 @@ std::string cmd_transport(lt_engine_t* e, Args& a) {
   return std::string("ok ") + name + " " + why;
 }
 
+std::string cmd_stats(lt_engine_t* e, Args&) {
+  lt_stats_t st;
+  if (int rc = LT_stats(e, &st); rc != 0) return err(rc);
+  std::string s = "ok served=" + std::to_string(st.served) +
+                  " malformed=" + std::to_string(st.malformed) +
+                  " late=" + std::to_string(st.late_replies);
+  for (uint32_t i = 0; i < st.num_transports; ++i) {
+    const lt_transport_stats_t& t = st.transports[i];
+    s += std::string(" ") + t.name + ":conns=" + std::to_string(t.connections) +
+         ",qps=" + std::to_string(t.queue_pairs) + ",spare=" + std::to_string(t.spare_queue_pairs) +
+         ",regs=" + std::to_string(t.registrations);
+  }
+  return s;
+}
+
 std::string cmd_nodes(lt_engine_t* e, Args&) {
   lt_node_t ids[1024];
   size_t n = 0;

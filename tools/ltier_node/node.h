@@ -150,6 +150,7 @@ int rpc_gate_open(void*, lt_node_t, const void*, size_t, void*, size_t, size_t* 
 std::string cmd_id(lt_engine_t* e, Args& a);
 std::string cmd_address(lt_engine_t* e, Args& a);
 std::string cmd_transport(lt_engine_t* e, Args& a);
+std::string cmd_stats(lt_engine_t* e, Args& a);
 std::string cmd_nodes(lt_engine_t* e, Args& a);
 std::string cmd_node_info(lt_engine_t* e, Args& a);
 std::string cmd_event(lt_engine_t* e, Args& a);

@@ -86,6 +86,11 @@ class ShmTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  TransportStats stats() const override {
+    TransportStats s;
+    s.connections = conns_.size();
+    return s;
+  }
 
   uint64_t malformed() const { return malformed_.load(std::memory_order_relaxed); }
 

@@ -83,6 +83,11 @@ class TcpTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  TransportStats stats() const override {
+    TransportStats s;
+    s.connections = conns_.size();
+    return s;
+  }
   void flush() override;
 
   uint64_t malformed_frames() const { return malformed_.load(std::memory_order_relaxed); }

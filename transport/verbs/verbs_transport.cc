@@ -251,6 +251,19 @@ void VerbsTransport::unexport_memory(const MemRegion& r) { pools_->free(r); }
 
 // --- completions shared by all threads ---
 
+TransportStats VerbsTransport::stats() const {
+  TransportStats s;
+  s.connections = conns_.size();
+  {
+    std::lock_guard<std::mutex> g(spare_mu_);
+    s.spare_queue_pairs = spare_.size();
+  }
+  const size_t all = qps_.load(std::memory_order_relaxed);
+  s.queue_pairs = all > s.spare_queue_pairs ? all - s.spare_queue_pairs : 0;
+  s.registrations = pools_->registrations() + local_pools_->registrations();
+  return s;
+}
+
 void VerbsTransport::poll_send_cq() {
   if (!send_cq_mu_.try_lock()) return;
   ibv_wc wc[16];

@@ -74,6 +74,7 @@ class VerbsTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  TransportStats stats() const override;
 
   /// RC QPs this transport holds now (connected, spare and closing).
   size_t qp_count() const { return qps_.load(std::memory_order_relaxed); }
@@ -156,7 +157,7 @@ class VerbsTransport final : public Transport {
   ConnTable<VerbsConn> conns_;
 
   // QPs made ahead of need.
-  std::mutex spare_mu_;
+  mutable std::mutex spare_mu_;
   std::vector<std::unique_ptr<RcQp>> spare_;
 
   // Channels by slot, for send completions (wr_id names the slot).

@@ -190,7 +190,7 @@ int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src
 int LT_recv_async(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
                   lt_req_t* req);
 
-/* Which transport this node uses for `node` ("shm", "tcp", or "self") and
+/* Which transport this node uses for `node` ("shm", "rc", "tcp", or "self") and
  * why, as NUL-terminated strings truncated to their buffers. Connects to the
  * peer first if it was not used yet. -LT_ERR_PEER_DOWN, -LT_ERR_INVAL. */
 int LT_peer_transport(lt_engine_t* e, lt_node_t node, char* name, size_t name_cap, char* why,
@@ -316,6 +316,28 @@ typedef struct {
  * -LT_ERR_UNSUPPORTED: built without libibverbs. */
 int LT_devices(const char* config_path, lt_device_port_t* out, uint32_t cap, uint32_t* count,
                char* why, size_t why_cap);
+
+/* What one transport of this node holds now. */
+#define LT_MAX_TRANSPORTS 4
+typedef struct lt_transport_stats {
+  char name[8];                /* "shm", "rc", "tcp" */
+  uint64_t connections;        /* live connections to peers */
+  uint64_t queue_pairs;        /* rc: QPs in use, verbs.qps_per_peer per connected peer
+                                  (shared by every thread), and any still closing */
+  uint64_t spare_queue_pairs;  /* rc: QPs made ahead of need, not connected yet */
+  uint64_t registrations;      /* rc: memory registrations with the device (pools) */
+} lt_transport_stats_t;
+typedef struct lt_stats {
+  uint64_t served;       /* requests from peers this node's CPU served (messages, RPC,
+                            reads and writes by message); peers' native one-sided ops
+                            (over shm or rc) never count: no thread of this node runs */
+  uint64_t malformed;    /* messages dropped as malformed */
+  uint64_t late_replies; /* replies to requests cancelled or already answered */
+  uint32_t num_transports;
+  lt_transport_stats_t transports[LT_MAX_TRANSPORTS];
+} lt_stats_t;
+/* This node's counters and what its transports hold now. -LT_ERR_INVAL. */
+int LT_stats(lt_engine_t* e, lt_stats_t* out);
 
 /* "peer node is down or unreachable"; accepts either sign. */
 const char* LT_strerror(int err);

@@ -1,0 +1,26 @@
+// LT_stats: the engine's counters and what each transport holds, for tools
+// (ltier-node's stats command) and tests that check resource use.
+#include <cstdio>
+#include <cstring>
+
+#include "api/internal.h"
+#include "ltier/lt.h"
+
+int LT_stats(lt_engine_t* e, lt_stats_t* out) {
+  if (e == nullptr || out == nullptr) return -LT_ERR_INVAL;
+  std::memset(out, 0, sizeof(*out));
+  const lt::proto::EngineStats s = e->core.stats();
+  out->served = s.served;
+  out->malformed = s.malformed;
+  out->late_replies = s.late_replies;
+  for (const auto& [name, t] : e->core.transport_stats()) {
+    if (out->num_transports == LT_MAX_TRANSPORTS) break;
+    lt_transport_stats_t& o = out->transports[out->num_transports++];
+    std::snprintf(o.name, sizeof(o.name), "%s", name.c_str());
+    o.connections = t.connections;
+    o.queue_pairs = t.queue_pairs;
+    o.spare_queue_pairs = t.spare_queue_pairs;
+    o.registrations = t.registrations;
+  }
+  return 0;
+}

@@ -1,0 +1,105 @@
+// What rc costs a node, read from LT_stats (ltier-node's stats command) in
+// the Soft-RoCE guest (tests/rdma runs this binary with LTIER_ITEST_RC=1):
+// QPs grow with peers, not with threads (verbs.qps_per_peer per peer, shared
+// by every thread of the engine), and peers' native one-sided ops never
+// reach the owner's CPU (its served-request counter does not move).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <regex>
+
+#include "cluster.h"
+
+namespace lt::itest {
+namespace {
+
+constexpr int kQpsPerPeer = 2;
+constexpr int kThreads = 8;
+
+bool have_rc() {
+  const char* rc = std::getenv("LTIER_ITEST_RC");
+  return rc != nullptr && rc[0] == '1';
+}
+
+// One counter of a stats reply: "served" or "rc:qps", say; -1 when missing.
+long long stat(const std::string& reply, const std::string& key) {
+  const size_t colon = key.find(':');
+  std::string re = colon == std::string::npos
+                       ? "(^| )" + key + "=([0-9]+)"
+                       : " " + key.substr(0, colon) + ":(?:[a-z]+=[0-9]+,)*" +
+                             key.substr(colon + 1) + "=([0-9]+)";
+  std::smatch m;
+  if (!std::regex_search(reply, m, std::regex(re))) return -1;
+  return std::stoll(m[m.size() - 1]);
+}
+
+class RcResources : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_rc()) GTEST_SKIP() << "needs an RDMA device (LTIER_ITEST_RC=1, tests/rdma)";
+    ASSERT_TRUE(cluster_.ok()) << "ltier-manager did not start";
+    for (int i = 0; i < 3; ++i) {
+      Proc* p = cluster_.add_node(
+          {"LTIER_TRANSPORTS=rc,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kQpsPerPeer)});
+      ASSERT_NE(p, nullptr) << "ltier-node did not become ready";
+      nodes_.push_back(p);
+      ids_.push_back(id_of(p));
+    }
+  }
+  // Sends `line(i)` to every node at once, then takes their replies.
+  template <typename F>
+  void on_all(F line) {
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(nodes_[i]->send(line(i)));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(nodes_[i]->read_line(120000), "ok") << "node " << i;
+  }
+  Cluster cluster_;
+  std::vector<Proc*> nodes_;
+  std::vector<std::string> ids_;
+};
+
+// 3 nodes x 8 threads, each thread calling RPCs on both peers and adding to
+// an LMR on one of them: K QPs per peer, 2 peers, so K x 2 QPs per node.
+TEST_F(RcResources, QueuePairsGrowWithPeersNotThreads) {
+  std::vector<std::string> h(3);
+  for (int i = 0; i < 3; ++i) {
+    h[i] = ok_value(nodes_[i]->cmd("malloc " + ids_[(i + 1) % 3] + " 4096 rwa"));
+    ASSERT_FALSE(h[i].empty());
+  }
+  const std::string threads = " " + std::to_string(kThreads) + " ";
+  on_all([&](int i) { return "rpc_threads " + ids_[(i + 1) % 3] + threads + "40"; });
+  on_all([&](int i) { return "rpc_threads " + ids_[(i + 2) % 3] + threads + "40"; });
+  on_all([&](int i) { return "fadd_loop " + h[i] + " 0 40" + threads; });
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(nodes_[i]->cmd("fadd " + h[i] + " 0 0"), "ok " + std::to_string(40 * kThreads));
+    std::string st = nodes_[i]->cmd("stats");
+    SCOPED_TRACE(st);
+    EXPECT_EQ(stat(st, "rc:conns"), 2);
+    EXPECT_EQ(stat(st, "rc:qps"), 2 * kQpsPerPeer);
+    EXPECT_LE(stat(st, "rc:spare"), kQpsPerPeer);
+    EXPECT_GE(stat(st, "rc:regs"), 1);
+  }
+}
+
+// Reads, writes and atomics by a peer over rc leave the owner's served
+// counter where it was; a read through the owner (a memcpy between two of
+// its LMRs is served by it) moves it.
+TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
+  Proc *a = nodes_[0], *b = nodes_[1];
+  std::string hb = ok_value(a->cmd("malloc " + ids_[1] + " 65536 rwa"));
+  ASSERT_FALSE(hb.empty());
+  ASSERT_EQ(a->cmd("write " + hb + " 0 0102030405060708"), "ok");  // connected, warmed up
+  const long long before = stat(b->cmd("stats"), "served");
+  ASSERT_GE(before, 0);
+  EXPECT_EQ(a->cmd("write " + hb + " 100 c0ffee"), "ok");
+  EXPECT_EQ(a->cmd("read " + hb + " 100 3"), "ok c0ffee");
+  EXPECT_EQ(a->cmd("fadd_loop " + hb + " 8 50 4"), "ok");
+  EXPECT_EQ(a->cmd("cas " + hb + " 16 0 7"), "ok 0");
+  EXPECT_EQ(a->cmd("fadd " + hb + " 8 0"), "ok 200");
+  EXPECT_EQ(stat(b->cmd("stats"), "served"), before);
+  EXPECT_EQ(a->cmd("memcpy " + hb + " 1000 " + hb + " 100 3"), "ok");
+  EXPECT_GT(stat(b->cmd("stats"), "served"), before);
+  EXPECT_EQ(a->cmd("read " + hb + " 1000 3"), "ok c0ffee");
+}
+
+}  // namespace
+}  // namespace lt::itest
