@@ -19,6 +19,10 @@ void Engine::handle(const Completion& c) {
   // told us yet) takes the slot over; one older than the slot's holder is
   // gone, and what it sent last is dropped.
   if (!peers_.owns(c.peer) && !claim_peer(c.peer)) return;
+  if (c.len == 0) {  // only a write-with-immediate into an RPC ring has no message
+    handle_ring(c.peer, c.imm);
+    return;
+  }
   auto b = std::span<const std::byte>(c.rx, c.len);
   MsgHeader h;
   if (!decode_header(b, &h).is_ok()) {
@@ -27,6 +31,8 @@ void Engine::handle(const Completion& c) {
   }
   if (h.op >= static_cast<uint8_t>(MsgOp::kReply)) {
     complete(c.peer, h, b);
+    // A reply by message to a call made into a ring frees its slot.
+    if (h.op == static_cast<uint8_t>(MsgOp::kRpcReply)) ring_done(c.peer, h.req_id);
   } else {
     serve(c.peer, h, b);
   }
@@ -60,6 +66,9 @@ void Engine::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b
       return serve_msg(from, h, b);  // msg/recv.cc
     case MsgOp::kRpcReq:
       return serve_rpc(from, h, b);  // rpc/rpc_server.cc
+    case MsgOp::kRpcRingReq:
+    case MsgOp::kRpcRingOffer:
+      return serve_ring(from, h, b);  // rpc/rpc_ring.cc
     default:
       malformed_.fetch_add(1, std::memory_order_relaxed);
   }

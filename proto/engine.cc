@@ -175,6 +175,7 @@ bool Engine::claim_peer(NodeId p) {
     case PeerTable::Claim::kTaken:
       break;
   }
+  rings_.forget(p);  // an older node's, in this slot
   {
     std::lock_guard<SpinLock> g(client_.ports.mutex());  // serialized as reset() is
     credits_.rekey(p);
@@ -221,6 +222,7 @@ void Engine::peer_gone(NodeId n, bool member_down) {
     LT_INFO("node %u is down", n);
     claim_peer(n);  // a node never seen here: its slot says so from now on
     peers_.mark_down(n);
+    rings_.forget(n);
   } else {
     LT_INFO("connection to node %u lost", n);
   }
@@ -248,7 +250,10 @@ void Engine::peer_gone(NodeId n, bool member_down) {
   }
 }
 
-EngineStats Engine::stats() const { return {served_.load(), malformed_.load(), late_.load()}; }
+EngineStats Engine::stats() const {
+  return {served_.load(), malformed_.load(), late_.load(), ring_calls_.load(),
+          ring_replies_.load()};
+}
 
 std::vector<std::pair<std::string, transport::TransportStats>> Engine::transport_stats() const {
   std::vector<std::pair<std::string, transport::TransportStats>> out;

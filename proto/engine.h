@@ -35,6 +35,7 @@
 #include "proto/peers.h"
 #include "proto/request_table.h"
 #include "proto/rpc/registry.h"
+#include "proto/rpc/rpc_ring.h"
 #include "proto/rpc/workers.h"
 #include "proto/transport_set.h"
 #include "qos/scheduler.h"
@@ -46,6 +47,8 @@ struct EngineStats {
   uint64_t served = 0;        // requests served for peers
   uint64_t malformed = 0;     // messages dropped by the decoder
   uint64_t late_replies = 0;  // replies for cancelled or unknown requests
+  uint64_t ring_calls = 0;    // RPCs this node made into a server's ring
+  uint64_t ring_replies = 0;  // replies this node wrote into a caller's reply ring
 };
 
 /// What one process holds in an engine: its LMR handles and published
@@ -348,9 +351,21 @@ class Engine {
   void serve_atomic(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
 
   // ---- rpc/rpc_server.cc, rpc/rpc_loop.cc
-  void serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  // ring_slot: the request came into slot ring_slot of our ring for `from`
+  // (rpc/rpc_ring.h), and the reply may go back into the same slot of its.
+  void serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b, int ring_slot = -1);
   void run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
-               std::span<const std::byte> in, std::span<std::byte> out);
+               std::span<const std::byte> in, std::span<std::byte> out, int ring_slot = -1);
+  // ---- rpc/rpc_ring.cc: calls and replies by write-with-immediate into rings
+  void ask_ring(NodeId node);
+  void serve_ring(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  Status ring_write(NodeId to, uint64_t rkey, uint32_t slot, uint32_t imm, const void* hdr,
+                    size_t hlen, const void* data, size_t dlen, bool reply);
+  bool rpc_by_ring(Request* r, ReqId id, NodeId node, const RpcReq& q, const void* in,
+                   size_t in_len, Status* s);
+  bool reply_by_ring(NodeId to, int slot, const MsgHeader& rh, const std::byte* data, size_t n);
+  void handle_ring(NodeId from, uint32_t imm);
+  void ring_done(NodeId from, uint64_t req_id);
   std::span<std::byte> rpc_scratch();
   void queue_rpc(RpcQueue* queue, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
   void deliver_rpc(Request* r, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
@@ -414,6 +429,7 @@ class Engine {
   LmrStore lmrs_;       // memory this node owns
   ClientState client_;  // what this process holds
   PeerTable peers_;
+  RpcRings rings_{kMaxNodes};
   Credits credits_;
   StageAllocator stage_;
   RpcWorkerPool rpc_workers_;
@@ -453,7 +469,7 @@ class Engine {
   int wake_fd_ = -1;
   std::thread progress_thread_;
   std::atomic<std::thread::id> progress_tid_{};  // set by the progress thread itself
-  std::atomic<uint64_t> served_{0}, malformed_{0}, late_{0};
+  std::atomic<uint64_t> served_{0}, malformed_{0}, late_{0}, ring_calls_{0}, ring_replies_{0};
 };
 
 }  // namespace lt::proto

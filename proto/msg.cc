@@ -56,6 +56,10 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kMsgStaged:
       *s = {sizeof(MsgStaged), false};
       return true;
+    case MsgOp::kRpcRingReq:
+    case MsgOp::kRpcRingOffer:
+      *s = {sizeof(RpcRingMsg), false};
+      return true;
     case MsgOp::kMsgData:
       *s = {sizeof(MsgHeader), true};
       return true;

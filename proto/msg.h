@@ -22,13 +22,15 @@ enum class MsgOp : uint8_t {
   kFreeReq = 6,
   kMapReq = 7,
   kAtomicReq = 8,
-  kRpcReq = 9,      // RpcReq + the request bytes
-  kMsgEager = 10,   // MsgEager + the message bytes
-  kMsgRts = 11,     // MsgRts: a rendezvous message is waiting at the sender
-  kMsgPull = 12,    // MsgPull: the receiver has a buffer; send the data
-  kMsgCredit = 13,  // MsgCredit: the receiver consumed messages
-  kMsgStaged = 14,  // MsgStaged: a staged rendezvous message was read
-  kReply = 64,      // generic reply: MsgHeader (+ read data)
+  kRpcReq = 9,         // RpcReq + the request bytes
+  kMsgEager = 10,      // MsgEager + the message bytes
+  kMsgRts = 11,        // MsgRts: a rendezvous message is waiting at the sender
+  kMsgPull = 12,       // MsgPull: the receiver has a buffer; send the data
+  kMsgCredit = 13,     // MsgCredit: the receiver consumed messages
+  kMsgStaged = 14,     // MsgStaged: a staged rendezvous message was read
+  kRpcRingReq = 15,    // RpcRingMsg: a client's reply ring (rpc/rpc_ring.h)
+  kRpcRingOffer = 16,  // RpcRingMsg: the server's request ring for that client
+  kReply = 64,         // generic reply: MsgHeader (+ read data)
   kAllocReply = 65,
   kMapReply = 66,
   kAtomicReply = 67,
@@ -149,6 +151,15 @@ struct RpcReq {
   uint32_t slot;  // the caller's ring slot at the server (credit index)
 };
 static_assert(sizeof(RpcReq) == 24);
+
+/// Ring set-up (rpc/rpc_ring.h): the sender's ring key and geometry.
+struct RpcRingMsg {
+  MsgHeader h;  // req_id unused (zero)
+  uint64_t rkey;
+  uint32_t slots;
+  uint32_t slot_bytes;
+};
+static_assert(sizeof(RpcRingMsg) == 32);
 
 struct MsgEager {
   MsgHeader h;       // req_id unused (zero)

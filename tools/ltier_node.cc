@@ -40,7 +40,8 @@ constexpr Command kCommands[] = {
      cmd_event},
     {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, rc, tcp or self)", cmd_transport},
     {"stats",
-     "-> ok served=N malformed=N late=N NAME:conns=N,qps=N,spare=N,regs=N ... (LT_stats, one "
+     "-> ok served=N malformed=N late=N ring_calls=N ring_replies=N "
+     "NAME:conns=N,qps=N,spare=N,regs=N ... (LT_stats, one "
      "NAME: per transport)",
      cmd_stats},
     {"address", "-> ok HOST:PORT (this node's tcp transport)", cmd_address},

@@ -61,6 +61,11 @@ struct Caps {  // read once per peer; values the device granted
   /// and honours the guard (see kWrGuard). Without it the guard flag is
   /// ignored: the caller reads the guard word first and checks it itself.
   bool guarded_reads = false;
+  /// Nonzero: kWriteImm of up to this many bytes is posted like a message
+  /// (rc: one WRITE_WITH_IMM): copied or inline, refused for back-pressure
+  /// or queued (kWrMustQueue) as a kSend is, and as cheap as one. proto
+  /// sends RPC calls and replies into rings with it.
+  uint32_t async_write_imm_max = 0;
   uint32_t max_inline = 0;
   uint32_t max_msg = 0;  // largest message payload (sum of the sges) a post accepts
   /// Messages up to this size go eager over this transport (copied at both
@@ -118,7 +123,8 @@ inline constexpr int kMaxSge = 2;
 ///  - kWriteImm: on transports without one_sided (tcp), a message like kSend
 ///    that carries imm. With one_sided (shm), a one-sided kWrite of the sges
 ///    to `remote` followed by a zero-length kRecv carrying imm at the peer,
-///    seen after the written bytes (verbs WRITE_WITH_IMM).
+///    seen after the written bytes (verbs WRITE_WITH_IMM). With
+///    Caps::async_write_imm_max, posted like a kSend (see there).
 ///  - kWrite: the sges are written to `remote`; kRead: `remote` is read into
 ///    the sges (they are destinations; sum of their lengths is the size).
 ///    With Caps::placement but not one_sided (tcp), kWrite is the only

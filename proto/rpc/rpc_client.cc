@@ -45,6 +45,11 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
   (*r)->out_len = out_cap;
   (*r)->rpc_len = out_len;
   RpcReq q{make_header(MsgOp::kRpcReq, id), func_id, static_cast<uint32_t>(used)};
+  // Into the server's ring for us where there is one (rpc/rpc_ring.cc).
+  if (Status s; rpc_by_ring(*r, id, node, q, in, in_len, &s)) {
+    if (!s.is_ok()) credits_.untake_rpc(node);
+    return s.is_ok() ? Result<ReqId>(id) : Result<ReqId>(s);
+  }
   // With kRpcCorkDepth calls to this server already outstanding, their
   // replies are on the way and this call queues behind them there anyway:
   // a stream transport may hold it until the next progress pass (which

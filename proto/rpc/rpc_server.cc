@@ -21,23 +21,27 @@ std::span<std::byte> Engine::rpc_scratch() {
 }
 
 void Engine::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
-                     std::span<const std::byte> in, std::span<std::byte> out) {
+                     std::span<const std::byte> in, std::span<std::byte> out, int ring_slot) {
   size_t n = 0;
   Status s = fn(from, in, out, &n);
   if (s.is_ok() && n > out.size()) s = Code::kInternal;
   MsgHeader rh = make_header(MsgOp::kRpcReply, caller_req, s.code());
+  if (reply_by_ring(from, ring_slot, rh, s.is_ok() ? out.data() : nullptr, s.is_ok() ? n : 0)) {
+    return;
+  }
   (void)send(from, &rh, sizeof(rh), s.is_ok() ? out.data() : nullptr, s.is_ok() ? n : 0,
              default_deadline(), true);
 }
 
-void Engine::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+void Engine::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b,
+                       int ring_slot) {
   auto q = load<RpcReq>(b);
   auto in = b.subspan(sizeof(RpcReq));
   // The config, not the pool: join() starts the pool while the progress
   // thread may already serve.
   if (config_.engine.rpc_workers == 0) {
     if (const RpcHandler* f = client_.rpcs.fast(q.func); f != nullptr) {
-      return run_rpc(from, h.req_id, *f, in, rpc_scratch());
+      return run_rpc(from, h.req_id, *f, in, rpc_scratch(), ring_slot);
     }
   } else if (std::shared_ptr<RpcHandler> fn = client_.rpcs.handler(q.func); fn) {
     rpc_workers_.push(

@@ -103,6 +103,8 @@ void msg_seeds() {
       raw(MsgPull{h(MsgOp::kMsgPull), 0x300000004ull, 0x7f0000001000ull, 0x12345}));
   put("msg", "msg-credit", raw(MsgCredit{h(MsgOp::kMsgCredit, 0), 3, 0}));
   put("msg", "msg-staged", raw(MsgStaged{h(MsgOp::kMsgStaged, 0), 4096}));
+  put("msg", "rpc-ring-req", raw(RpcRingMsg{h(MsgOp::kRpcRingReq, 0), 0x1234, 32, 4096}));
+  put("msg", "rpc-ring-offer", raw(RpcRingMsg{h(MsgOp::kRpcRingOffer, 0), 0x5678, 32, 4096}));
   put("msg", "reply", raw(h(MsgOp::kReply)));
   put("msg", "reply-data", raw(h(MsgOp::kReply)) + "read data");
   put("msg", "reply-error", raw(make_header(MsgOp::kReply, 9, Code::kPerm)));

@@ -65,6 +65,10 @@ bool shape(uint8_t op, Shape* s) {
     case MsgOp::kMsgStaged:
       *s = {sizeof(MsgStaged), false};
       return true;
+    case MsgOp::kRpcRingReq:
+    case MsgOp::kRpcRingOffer:
+      *s = {sizeof(RpcRingMsg), false};
+      return true;
     case MsgOp::kReply:
     case MsgOp::kRpcReply:
     case MsgOp::kMsgData:
@@ -154,6 +158,10 @@ void views(const MsgHeader& h, std::span<const std::byte> b) {
       break;
     case MsgOp::kMsgStaged:
       view<MsgStaged>(b);
+      break;
+    case MsgOp::kRpcRingReq:
+    case MsgOp::kRpcRingOffer:
+      view<RpcRingMsg>(b);
       break;
     case MsgOp::kReply:
     case MsgOp::kRpcReply:

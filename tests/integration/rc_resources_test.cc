@@ -58,7 +58,8 @@ class RcResources : public ::testing::Test {
 };
 
 // 3 nodes x 8 threads, each thread calling RPCs on both peers and adding to
-// an LMR on one of them: K QPs per peer, 2 peers, so K x 2 QPs per node.
+// an LMR on one of them: K QPs per peer, 2 peers, so K x 2 QPs per node; the
+// calls go into the servers' RPC rings.
 TEST_F(RcResources, QueuePairsGrowWithPeersNotThreads) {
   std::vector<std::string> h(3);
   for (int i = 0; i < 3; ++i) {
@@ -77,6 +78,11 @@ TEST_F(RcResources, QueuePairsGrowWithPeersNotThreads) {
     EXPECT_EQ(stat(st, "rc:qps"), 2 * kQpsPerPeer);
     EXPECT_LE(stat(st, "rc:spare"), kQpsPerPeer);
     EXPECT_GE(stat(st, "rc:regs"), 1);
+    // LITE's path: most calls went into the servers' rings (the first to
+    // each server went as a message while the ring was set up), and the
+    // replies came back into this node's reply rings.
+    EXPECT_GT(stat(st, "ring_calls"), 2 * 40 * kThreads / 2);
+    EXPECT_GT(stat(st, "ring_replies"), 2 * 40 * kThreads / 2);
   }
 }
 

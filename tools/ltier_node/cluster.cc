@@ -24,9 +24,10 @@ std::string cmd_transport(lt_engine_t* e, Args& a) {
 std::string cmd_stats(lt_engine_t* e, Args&) {
   lt_stats_t st;
   if (int rc = LT_stats(e, &st); rc != 0) return err(rc);
-  std::string s = "ok served=" + std::to_string(st.served) +
-                  " malformed=" + std::to_string(st.malformed) +
-                  " late=" + std::to_string(st.late_replies);
+  std::string s =
+      "ok served=" + std::to_string(st.served) + " malformed=" + std::to_string(st.malformed) +
+      " late=" + std::to_string(st.late_replies) + " ring_calls=" + std::to_string(st.ring_calls) +
+      " ring_replies=" + std::to_string(st.ring_replies);
   for (uint32_t i = 0; i < st.num_transports; ++i) {
     const lt_transport_stats_t& t = st.transports[i];
     s += std::string(" ") + t.name + ":conns=" + std::to_string(t.connections) +

@@ -56,7 +56,7 @@ bool Channel::room_locked(uint32_t len) const {
 // the ring is half full after it.
 Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32_t* lens,
                                      int nparts, uint32_t imm, bool last, uint64_t wr_id,
-                                     bool report) {
+                                     bool report, const Target& to) {
   uint32_t len = 0;
   for (int i = 0; i < nparts; ++i) len += lens[i];
   const bool inline_ok = len <= t_->caps().max_inline;
@@ -95,8 +95,12 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   wr.wr_id = make_wr_id(seq);
   wr.sg_list = nsge != 0 ? sge : nullptr;
   wr.num_sge = nsge;
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.opcode = to.write ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_SEND_WITH_IMM;
   wr.imm_data = htonl(imm);
+  if (to.write) {
+    wr.wr.rdma.remote_addr = to.raddr;
+    wr.wr.rdma.rkey = to.rkey;
+  }
   wr.send_flags = (signal ? IBV_SEND_SIGNALED : 0) | (inline_ok && len != 0 ? IBV_SEND_INLINE : 0);
   ibv_send_wr* bad = nullptr;
   if (int rc = ibv_post_send(qp_->raw(), &wr, &bad); rc != 0) {
@@ -109,18 +113,18 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   return Status::ok();
 }
 
-Status Channel::post_whole_locked(const WorkRequest& wr) {
+Status Channel::post_whole_locked(const WorkRequest& wr, const Target& to) {
   const std::byte* parts[kMaxSge];
   uint32_t lens[kMaxSge];
   for (int i = 0; i < wr.num_sge; ++i) {
     parts[i] = wr.sge[i].addr;
     lens[i] = wr.sge[i].len;
   }
-  return post_fragment_locked(parts, lens, wr.num_sge, kImmWhole, true, wr.wr_id,
-                              (wr.flags & kWrSignaled) != 0);
+  return post_fragment_locked(parts, lens, wr.num_sge, to.write ? wr.imm : kImmWhole, true,
+                              wr.wr_id, (wr.flags & kWrSignaled) != 0, to);
 }
 
-void Channel::enqueue_locked(const WorkRequest& wr, uint32_t len) {
+void Channel::enqueue_locked(const WorkRequest& wr, uint32_t len, const Target& to) {
   Pending p;
   p.data.resize(len);
   std::byte* dst = p.data.data();
@@ -130,6 +134,8 @@ void Channel::enqueue_locked(const WorkRequest& wr, uint32_t len) {
   }
   p.wr_id = wr.wr_id;
   p.report = (wr.flags & kWrSignaled) != 0;
+  p.to = to;
+  p.imm = wr.imm;
   backlog_.push_back(std::move(p));
   backlog_size_.fetch_add(1, std::memory_order_release);
 }
@@ -139,16 +145,26 @@ Result<bool> Channel::post_message(const WorkRequest& wr) {
   uint32_t len = 0;
   for (int i = 0; i < wr.num_sge; ++i) len += wr.sge[i].len;
   const uint32_t frag = t_->fragment_bytes();
+  // A kWriteImm posted like a message (Caps::async_write_imm_max): one RDMA
+  // WRITE_WITH_IMM of at most one fragment, bounds checked here.
+  Target to;
+  if (wr.op == Op::kWriteImm) {
+    if (len > frag) return Status(Code::kInvalidArg);
+    if (!decode_rkey(wr.remote.rkey, wr.remote.addr, len, &to.rkey, &to.raddr)) {
+      return Status(Code::kOutOfBounds);
+    }
+    to.write = true;
+  }
   std::lock_guard<SpinLock> g(mu_);
   if (backlog_.empty() && len <= frag && room_locked(len <= t_->caps().max_inline ? 0 : len)) {
-    LT_RETURN_IF_ERROR(post_whole_locked(wr));
+    LT_RETURN_IF_ERROR(post_whole_locked(wr, to));
     return true;
   }
   // A large message (in fragments), or a reply that may not be refused,
   // waits in the backlog; anything else is back-pressure.
   const bool must = (wr.flags & kWrMustQueue) != 0;
   if (!must && (len <= frag || !backlog_.empty())) return false;
-  enqueue_locked(wr, len);
+  enqueue_locked(wr, len, to);
   pump_locked();
   t_->note_backlog(this);
   return true;
@@ -164,12 +180,13 @@ bool Channel::pump_locked() {
       const uint32_t n = static_cast<uint32_t>(std::min<size_t>(frag, total - p.sent));
       if (!room_locked(n <= t_->caps().max_inline ? 0 : n)) return false;
       const bool whole = p.sent == 0 && n == total;
-      const uint32_t imm = whole         ? kImmWhole
+      const uint32_t imm = p.to.write    ? p.imm
+                           : whole       ? kImmWhole
                            : p.sent == 0 ? kImmFirst | static_cast<uint32_t>(total)
                                          : kImmMore;
       const std::byte* part = p.data.data() + p.sent;
       const bool last = p.sent + n == total;
-      if (!post_fragment_locked(&part, &n, 1, imm, last, p.wr_id, p.report).is_ok()) {
+      if (!post_fragment_locked(&part, &n, 1, imm, last, p.wr_id, p.report, p.to).is_ok()) {
         backlog_.clear();
         backlog_size_.store(0, std::memory_order_release);
         return true;
@@ -275,10 +292,6 @@ Status Channel::execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t loc
       break;
     case Op::kWrite:
       s.opcode = IBV_WR_RDMA_WRITE;
-      break;
-    case Op::kWriteImm:
-      s.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      s.imm_data = htonl(wr.imm);
       break;
     case Op::kFetchAdd:
     case Op::kCmpSwap:
@@ -389,8 +402,7 @@ Status Channel::execute(const WorkRequest& wr) {
     if (wr.num_sge < 1 || wr.sge[0].len < 8) return Code::kInvalidArg;
     total = 8;
   }
-  // Zero bytes need no region: only a WRITE_WITH_IMM's immediate travels.
-  if (wr.remote.rkey == 0 && !(total == 0 && wr.op == Op::kWriteImm)) return Code::kBadHandle;
+  if (wr.remote.rkey == 0) return Code::kBadHandle;
   uint32_t rk = 0;
   uint64_t ra = 0;
   if (!decode_rkey(wr.remote.rkey, wr.remote.addr, total, &rk, &ra)) return Code::kOutOfBounds;
@@ -409,10 +421,6 @@ Status Channel::execute(const WorkRequest& wr) {
     uint64_t laddr = reinterpret_cast<uint64_t>(local);
     uint32_t lkey = t_->pools().lkey_of(local, left, &laddr);
     if (lkey == 0) lkey = wr.sge[i].lkey;
-    // A WRITE_WITH_IMM is one request: its immediate follows all its bytes.
-    if (wr.op == Op::kWriteImm && (wr.num_sge > 1 || (lkey == 0 && left > bounce_.len))) {
-      return Code::kInvalidArg;
-    }
     while (left != 0) {
       const uint32_t n =
           lkey != 0 ? left : static_cast<uint32_t>(std::min<size_t>(left, bounce_.len));

@@ -3,14 +3,17 @@
 //  - messages are copied into the channel's send ring (registered memory)
 //    or sent inline, one SEND per fragment of at most recv_buffer_bytes; the
 //    immediate carries the framing (kWhole, kFirst | total length, kMore);
+//  - a kWriteImm goes the same way (copied or inline, one WRITE_WITH_IMM of
+//    at most one fragment into the peer's memory; the immediate is the
+//    caller's): proto's RPC rings;
 //  - what an accepted message cannot post now (ring or send queue full)
 //    waits in a backlog, copied, that the poller pumps as completions free
 //    room; later messages queue behind it, so the order holds;
-//  - one-sided ops (READ, WRITE, WRITE_WITH_IMM, atomics) are done when
-//    execute() returns: the caller posts one signaled work request, then
-//    polls the send CQ itself until its completion comes. Local buffers in
-//    registered memory are used in place; others go through the channel's
-//    bounce buffer;
+//  - one-sided ops (READ, WRITE, atomics) are done when execute() returns:
+//    the caller posts one signaled work request (a guarded read: two,
+//    chained), then polls the send CQ itself until its completion comes.
+//    Local buffers in registered memory are used in place; others go through
+//    the channel's bounce buffer;
 //  - selective signaling: a message is signaled when the caller asks, or
 //    when the ring or the send queue is half full after it, so a full ring
 //    always has a completion coming that frees it. A completion frees every
@@ -68,8 +71,9 @@ class Channel {
   RcQp& qp() { return *qp_; }
   VerbsConn* conn() const { return conn_; }
 
-  /// A kSend (or kWriteImm on a message path). False: back-pressure, nothing
-  /// taken. kWrMustQueue messages are always taken (into the backlog).
+  /// A kSend, or a kWriteImm posted like one (at most one fragment). False:
+  /// back-pressure, nothing taken. kWrMustQueue messages are always taken
+  /// (into the backlog).
   Result<bool> post_message(const WorkRequest& wr);
   /// A one-sided op, done when this returns (see the header comment).
   Status execute(const WorkRequest& wr);
@@ -98,11 +102,20 @@ class Channel {
     std::atomic<uint64_t> done{0};  // seq + 1 once complete (signaled ones)
     std::atomic<int> status{0};     // Code of the completion
   };
+  // Where a posted message goes: the shared receive queue (a SEND), or a
+  // peer's memory (a WRITE_WITH_IMM of a kWriteImm posted like a message).
+  struct Target {
+    bool write = false;
+    uint32_t rkey = 0;
+    uint64_t raddr = 0;
+  };
   struct Pending {  // an accepted message not fully posted
     std::vector<std::byte> data;
     size_t sent = 0;
     uint64_t wr_id = 0;
     bool report = false;
+    Target to;
+    uint32_t imm = 0;  // a WRITE_WITH_IMM's
   };
 
   uint64_t make_wr_id(uint32_t seq) const {
@@ -112,9 +125,10 @@ class Channel {
   bool room_locked(uint32_t len) const;
   // Posts one fragment from `src` (copied into the ring unless inline); mu_ held.
   Status post_fragment_locked(const std::byte* const* parts, const uint32_t* lens, int nparts,
-                              uint32_t imm, bool last, uint64_t wr_id, bool report);
-  Status post_whole_locked(const WorkRequest& wr);
-  void enqueue_locked(const WorkRequest& wr, uint32_t len);
+                              uint32_t imm, bool last, uint64_t wr_id, bool report,
+                              const Target& to);
+  Status post_whole_locked(const WorkRequest& wr, const Target& to);
+  void enqueue_locked(const WorkRequest& wr, uint32_t len, const Target& to);
   bool pump_locked();
   Status wait_for(uint32_t seq);
   Status post_and_wait(ibv_send_wr* chain, uint32_t n);

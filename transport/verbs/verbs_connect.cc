@@ -61,7 +61,7 @@ Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
     Status s;
     if (wr.num_sge > kMaxSge) {
       s = Code::kInvalidArg;
-    } else if (wr.op == Op::kSend) {
+    } else if (wr.op == Op::kSend || wr.op == Op::kWriteImm) {  // posted like a message
       uint64_t len = 0;
       for (int k = 0; k < wr.num_sge; ++k) len += wr.sge[k].len;
       if (len > caps.max_msg) {

@@ -333,6 +333,9 @@ typedef struct lt_stats {
                             (over shm or rc) never count: no thread of this node runs */
   uint64_t malformed;    /* messages dropped as malformed */
   uint64_t late_replies; /* replies to requests cancelled or already answered */
+  uint64_t ring_calls;   /* RPCs this node wrote into a server's ring (rc: one RDMA
+                            WRITE_WITH_IMM each, LITE's path); others went as messages */
+  uint64_t ring_replies; /* replies this node wrote into a caller's reply ring */
   uint32_t num_transports;
   lt_transport_stats_t transports[LT_MAX_TRANSPORTS];
 } lt_stats_t;
