@@ -73,6 +73,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"verbs.qps_per_peer", "LTIER_VERBS_QPS_PER_PEER",
        "rc: QPs to each peer, shared by every thread (a thread keeps to one)", K::kU32,
        &c.verbs.qps_per_peer},
+      {"verbs.rc_qp_budget", "LTIER_VERBS_RC_QP_BUDGET",
+       "rc: QPs this node holds in connections at most; a peer that would take more is reached "
+       "over the next transport (0: no limit)",
+       K::kU32, &c.verbs.rc_qp_budget},
       {"verbs.send_depth", "LTIER_VERBS_SEND_DEPTH", "rc: work requests outstanding per QP",
        K::kU32, &c.verbs.send_depth},
       {"verbs.send_ring_bytes", "LTIER_VERBS_SEND_RING_BYTES",

@@ -51,6 +51,7 @@ struct VerbsConfig {
   std::string gid_index = "auto";  // auto: RoCE v2 over IPv4 first
   std::string listen;              // control channel host:port; empty: the GID's IPv4, any port
   uint32_t qps_per_peer = 2;       // RC QPs to each peer, shared by all threads
+  uint32_t rc_qp_budget = 0;       // RC QPs in connections at most; 0: no limit
   uint32_t send_depth = 128;       // work requests outstanding per QP
   uint32_t send_ring_bytes = 256u << 10;   // per QP: messages copied here until sent
   uint32_t recv_buffers = 256;             // receive buffers in the shared receive queue

@@ -113,6 +113,15 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
       return Code::kUnsupported;
     }
     ep = via->connect(*info, cd);
+    // No room on that transport for this peer (rc's QP budget, here or at
+    // the peer): the next one both have.
+    while (!ep && ep.status().code() == Code::kNoResource) {
+      transport::Transport* next = transports_.pick(*info, &why, via);
+      if (next == nullptr) break;
+      LT_INFO("node %u: no room on %s; trying %s", p, via->name(), next->name());
+      via = next;
+      ep = via->connect(*info, cd);
+    }
   } else {
     // Not in our address book yet: only an inbound connection (whichever
     // transport it came on, authenticated by the cluster token) can serve.

@@ -106,12 +106,22 @@ int TransportSet::native_slot(const transport::PeerInfo& info,
   return offered && slot < 2 ? slot : -1;
 }
 
-transport::Transport* TransportSet::pick(const transport::PeerInfo& info, const char** why) const {
+transport::Transport* TransportSet::pick(const transport::PeerInfo& info, const char** why,
+                                         const transport::Transport* after) const {
   const bool same_host = !info.host_id.empty() && info.host_id == host_id_;
-  bool have_local = false;
+  bool have_local = false, skipping = after != nullptr;
   for (size_t i = 0; i < list_.size(); ++i) {
     transport::Transport* t = list_[i].get();
     have_local = have_local || same_host_only_[i];
+    if (skipping) {
+      skipping = t != after;
+      continue;
+    }
+    if (after != nullptr && !(same_host_only_[i] && !same_host) &&
+        !info.address(t->name()).empty()) {
+      *why = "a better transport had no room for it (rc: verbs.rc_qp_budget)";
+      return t;
+    }
     if (same_host_only_[i] && !same_host) continue;
     if (info.address(t->name()).empty()) continue;
     if (same_host_only_[i]) {

@@ -30,8 +30,10 @@ class TransportSet {
   /// This engine's addresses, published in the membership record.
   std::vector<transport::PeerAddress> addresses() const;
   /// The transport that serves `info`, and why (a string that lives as long
-  /// as the set); null when they share none.
-  transport::Transport* pick(const transport::PeerInfo& info, const char** why) const;
+  /// as the set); null when they share none. With `after`, the next one
+  /// after it in the list: `after` refused the peer (no room).
+  transport::Transport* pick(const transport::PeerInfo& info, const char** why,
+                             const transport::Transport* after = nullptr) const;
   /// Where LMR memory comes from: the best transport with native one-sided
   /// access (so peers it serves reach LMRs directly), else the first.
   transport::Transport* memory() const { return memory_; }

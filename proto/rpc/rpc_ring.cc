@@ -30,7 +30,7 @@ void RpcRings::forget(transport::NodeId node) {
     if (s->node.load(std::memory_order_relaxed) != node) continue;
     s->state.store(RingSide::kNone, std::memory_order_release);
     s->node.store(0, std::memory_order_relaxed);
-    s->theirs = 0;
+    s->theirs.store(0, std::memory_order_relaxed);
     s->free.store((uint64_t{1} << kRingSlots) - 1, std::memory_order_release);
   }
 }
@@ -71,7 +71,7 @@ void Engine::ask_ring(NodeId node) {
       return;
     }
     if (!make_ring(o, via, node)) return;
-    o.theirs = 0;
+    o.theirs.store(0, std::memory_order_relaxed);
     o.state.store(RingSide::kAsked, std::memory_order_release);
   }
   RpcRingMsg q{make_header(MsgOp::kRpcRingReq, 0), o.mine.rkey, kRingSlots, kRingSlotBytes};
@@ -93,7 +93,7 @@ void Engine::serve_ring(NodeId from, const MsgHeader& h, std::span<const std::by
         o->state.load(std::memory_order_relaxed) != RingSide::kAsked) {
       return;
     }
-    o->theirs = m.rkey;
+    o->theirs.store(m.rkey, std::memory_order_relaxed);
     o->state.store(RingSide::kReady, std::memory_order_release);
     return;
   }
@@ -102,7 +102,7 @@ void Engine::serve_ring(NodeId from, const MsgHeader& h, std::span<const std::by
   {
     std::lock_guard<std::mutex> g(in.mu);
     if (!make_ring(in, via, from)) return;
-    in.theirs = m.rkey;
+    in.theirs.store(m.rkey, std::memory_order_relaxed);
     in.state.store(RingSide::kReady, std::memory_order_release);
   }
   RpcRingMsg offer{make_header(MsgOp::kRpcRingOffer, 0), in.mine.rkey, kRingSlots, kRingSlotBytes};
@@ -145,8 +145,8 @@ bool Engine::rpc_by_ring(Request* r, ReqId id, NodeId node, const RpcReq& q, con
   if (slot < 0) return false;
   o->slot_req[slot].store(id, std::memory_order_release);
   r->word.store(r->word.load(std::memory_order_relaxed), std::memory_order_release);
-  *s = ring_write(node, o->theirs, static_cast<uint32_t>(slot), ring_imm(false, slot, q.func), &q,
-                  sizeof(q), in, in_len, false);
+  *s = ring_write(node, o->theirs.load(std::memory_order_relaxed), static_cast<uint32_t>(slot),
+                  ring_imm(false, slot, q.func), &q, sizeof(q), in, in_len, false);
   if (s->is_ok()) ring_calls_.fetch_add(1, std::memory_order_relaxed);
   if (!s->is_ok()) {
     o->slot_req[slot].store(0, std::memory_order_relaxed);
@@ -171,7 +171,7 @@ bool Engine::reply_by_ring(NodeId to, int slot, const MsgHeader& rh, const std::
       kRingPrefix + sizeof(rh) + n > kRingSlotBytes) {
     return false;
   }
-  if (!ring_write(to, in->theirs, static_cast<uint32_t>(slot),
+  if (!ring_write(to, in->theirs.load(std::memory_order_relaxed), static_cast<uint32_t>(slot),
                   ring_imm(true, static_cast<uint32_t>(slot), 0), &rh, sizeof(rh), data, n, true)
            .is_ok()) {
     return false;

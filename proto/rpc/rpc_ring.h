@@ -56,7 +56,7 @@ struct RingSide {
   std::atomic<transport::NodeId> node{0};  // the peer it is for
   transport::Transport* via = nullptr;     // made `mine`; calls use the ring only over it
   transport::MemRegion mine{};             // client: the reply ring; server: the request ring
-  uint64_t theirs = 0;                     // the peer's ring key (0: not known)
+  std::atomic<uint64_t> theirs{0};         // the peer's ring key (0: not known)
   // Client side only: free slots (a bit each) and the call in each slot.
   std::atomic<uint64_t> free{(uint64_t{1} << kRingSlots) - 1};
   std::atomic<ReqId> slot_req[kRingSlots] = {};

@@ -39,12 +39,14 @@ class RcResources : public ::testing::Test {
     if (!have_rc()) GTEST_SKIP() << "needs an RDMA device (LTIER_ITEST_RC=1, tests/rdma)";
     ASSERT_TRUE(cluster_.ok()) << "ltier-manager did not start";
     for (int i = 0; i < 3; ++i) {
-      Proc* p = cluster_.add_node(
-          {"LTIER_TRANSPORTS=rc,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kQpsPerPeer)});
+      Proc* p = cluster_.add_node(env());
       ASSERT_NE(p, nullptr) << "ltier-node did not become ready";
       nodes_.push_back(p);
       ids_.push_back(id_of(p));
     }
+  }
+  virtual std::vector<std::string> env() const {
+    return {"LTIER_TRANSPORTS=rc,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kQpsPerPeer)};
   }
   // Sends `line(i)` to every node at once, then takes their replies.
   template <typename F>
@@ -105,6 +107,37 @@ TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
   EXPECT_EQ(a->cmd("memcpy " + hb + " 1000 " + hb + " 100 3"), "ok");
   EXPECT_GT(stat(b->cmd("stats"), "served"), before);
   EXPECT_EQ(a->cmd("read " + hb + " 1000 3"), "ok c0ffee");
+}
+
+// With verbs.rc_qp_budget = K every node has room for one rc peer: a reaches
+// b over rc, and the pairs that come after go over tcp (the dialer's budget
+// or the acceptor's refuses), saying why; every pair still works.
+class RcBudget : public RcResources {
+ protected:
+  std::vector<std::string> env() const override {
+    auto e = RcResources::env();
+    e.push_back("LTIER_VERBS_RC_QP_BUDGET=" + std::to_string(kQpsPerPeer));
+    return e;
+  }
+};
+
+TEST_F(RcBudget, FurtherPeersGoToTheNextTransport) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  EXPECT_EQ(a->cmd("transport " + ids_[1]).rfind("ok rc", 0), 0u);
+  std::string ac = a->cmd("transport " + ids_[2]);  // a's budget is spent
+  EXPECT_EQ(ac.rfind("ok tcp", 0), 0u) << ac;
+  EXPECT_NE(ac.find("rc_qp_budget"), std::string::npos) << ac;
+  EXPECT_EQ(b->cmd("transport " + ids_[0]).rfind("ok rc", 0), 0u);  // a's connection
+  std::string cb = c->cmd("transport " + ids_[1]);  // b refuses: its budget went to a
+  EXPECT_EQ(cb.rfind("ok tcp", 0), 0u) << cb;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      if (i == j) continue;
+      EXPECT_EQ(nodes_[i]->cmd("rpc " + ids_[j] + " 1 0a0b0c"), "ok 0a0b0c") << i << "->" << j;
+    }
+    std::string st = nodes_[i]->cmd("stats");
+    EXPECT_LE(stat(st, "rc:qps"), kQpsPerPeer) << st;
+  }
 }
 
 }  // namespace

@@ -174,6 +174,18 @@ void VerbsTransport::add_channels(VerbsConn* c) {
 
 // --- the dialer ---
 
+// Whether `k` more QPs in connections stay within verbs.rc_qp_budget. Two
+// connections made at once may both pass: the budget is a bound to within
+// one connection.
+bool VerbsTransport::qp_budget_allows(uint32_t k) const {
+  if (config_.rc_qp_budget == 0) return true;
+  const TransportStats s = stats();
+  if (s.queue_pairs + k <= config_.rc_qp_budget) return true;
+  LT_INFO("rc: %llu QPs in use, %u more would pass verbs.rc_qp_budget %u",
+          static_cast<unsigned long long>(s.queue_pairs), k, config_.rc_qp_budget);
+  return false;
+}
+
 Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, Deadline d) {
   const NodeId self = self_.load(std::memory_order_acquire);
   const std::string address(peer.address(name()));
@@ -186,6 +198,7 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
     return Code::kPeerDown;
   }
   const uint32_t k = config_.qps_per_peer;
+  if (!qp_budget_allows(k)) return Code::kNoResource;
   auto fd = net::connect_tcp(addr, d);
   if (!fd) return fd.status();
   auto conn = std::make_shared<VerbsConn>(this, std::move(*fd), peer.node);
@@ -208,6 +221,9 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
   ConnectReply rep{};
   if (Status s = net::read_all(conn->fd(), &rep, sizeof(rep), d); !s.is_ok()) {
     return fail(s.code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown);
+  }
+  if (rep.magic == kConnectMagic && rep.status == static_cast<uint32_t>(Code::kNoResource)) {
+    return fail(Code::kNoResource);  // its QP budget is spent: the next transport
   }
   if (rep.magic != kConnectMagic || rep.status != 0 || rep.count != k) {
     LT_WARN("rc: node %u refused the QP exchange (status %u)", peer.node, rep.status);
@@ -338,7 +354,8 @@ bool VerbsTransport::answer_request(VerbsConn* c) {
   ConnectReply rep{};
   rep.magic = kConnectMagic;
   rep.count = req.count;
-  for (uint32_t i = 0; i < req.count; ++i) {
+  if (!qp_budget_allows(req.count)) rep.status = static_cast<uint32_t>(Code::kNoResource);
+  for (uint32_t i = 0; i < req.count && rep.status == 0; ++i) {
     auto ch = make_channel(c);
     if (!ch) {
       rep.status = static_cast<uint32_t>(ch.status().code());

@@ -104,6 +104,7 @@ class VerbsTransport final : public Transport {
   Result<std::unique_ptr<Channel>> make_channel(VerbsConn* conn);
   Status connect_channels(VerbsConn* conn, const ConnectReply& remote, std::string* why);
   Result<std::shared_ptr<VerbsConn>> dial(const PeerInfo& peer, Deadline d);
+  bool qp_budget_allows(uint32_t k) const;
   // The control thread.
   static constexpr uint64_t kListenTag = 1, kStopTag = 4;  // its epoll tags; others are conns
   void control_loop();
