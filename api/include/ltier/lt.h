@@ -320,12 +320,12 @@ int LT_devices(const char* config_path, lt_device_port_t* out, uint32_t cap, uin
 /* What one transport of this node holds now. */
 #define LT_MAX_TRANSPORTS 4
 typedef struct lt_transport_stats {
-  char name[8];                /* "shm", "rc", "tcp" */
-  uint64_t connections;        /* live connections to peers */
-  uint64_t queue_pairs;        /* rc: QPs in use, verbs.qps_per_peer per connected peer
-                                  (shared by every thread), and any still closing */
-  uint64_t spare_queue_pairs;  /* rc: QPs made ahead of need, not connected yet */
-  uint64_t registrations;      /* rc: memory registrations with the device (pools) */
+  char name[8];               /* "shm", "rc", "tcp" */
+  uint64_t connections;       /* live connections to peers */
+  uint64_t queue_pairs;       /* rc: QPs in use, verbs.qps_per_peer per connected peer
+                                 (shared by every thread), and any still closing */
+  uint64_t spare_queue_pairs; /* rc: QPs made ahead of need, not connected yet */
+  uint64_t registrations;     /* rc: memory registrations with the device (pools) */
 } lt_transport_stats_t;
 typedef struct lt_stats {
   uint64_t served;       /* requests from peers this node's CPU served (messages, RPC,
