@@ -27,12 +27,19 @@ void RpcRings::forget(transport::NodeId node) {
   for (RingSide* s : {find_out(node), find_in(node)}) {
     if (s == nullptr) continue;
     std::lock_guard<std::mutex> g(s->mu);
-    if (s->node.load(std::memory_order_relaxed) != node) continue;
-    s->state.store(RingSide::kNone, std::memory_order_release);
-    s->node.store(0, std::memory_order_relaxed);
-    s->theirs.store(0, std::memory_order_relaxed);
-    s->free.store((uint64_t{1} << kRingSlots) - 1, std::memory_order_release);
+    // `node`'s, or an older node's of the same slot (a newer node took it).
+    if (s->node.load(std::memory_order_relaxed) > node) continue;
+    reset(*s);
   }
+}
+
+// Unusable, every slot free; its memory stays. mu held.
+void RpcRings::reset(RingSide& s) {
+  s.state.store(RingSide::kNone, std::memory_order_release);
+  s.node.store(0, std::memory_order_release);
+  s.theirs.store(0, std::memory_order_relaxed);
+  for (auto& r : s.slot_req) r.store(0, std::memory_order_relaxed);
+  s.free.store((uint64_t{1} << kRingSlots) - 1, std::memory_order_release);
 }
 
 namespace {
@@ -53,7 +60,7 @@ bool make_ring(RingSide& side, transport::Transport* via, NodeId node) {
     side.mine = *m;
     side.via = via;
   }
-  side.node.store(node, std::memory_order_relaxed);
+  side.node.store(node, std::memory_order_release);  // publishes `mine` to handle_ring
   return true;
 }
 }  // namespace
@@ -66,10 +73,10 @@ void Engine::ask_ring(NodeId node) {
   RingSide& o = rings_.out(node);
   {
     std::lock_guard<std::mutex> g(o.mu);
-    if (o.node.load(std::memory_order_relaxed) == node &&
-        o.state.load(std::memory_order_relaxed) != RingSide::kNone) {
-      return;
-    }
+    const NodeId had = o.node.load(std::memory_order_relaxed);
+    if (had == node && o.state.load(std::memory_order_relaxed) != RingSide::kNone) return;
+    if (had > node) return;               // a newer node holds the slot
+    if (had != node) RpcRings::reset(o);  // an older node's: its slots are void
     if (!make_ring(o, via, node)) return;
     o.theirs.store(0, std::memory_order_relaxed);
     o.state.store(RingSide::kAsked, std::memory_order_release);

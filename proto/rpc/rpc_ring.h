@@ -91,6 +91,8 @@ class RpcRings {
   /// `node` is gone (down, or its slot taken by a newer node): its rings
   /// stop being used; their memory stays for the slot's next node.
   void forget(transport::NodeId node);
+  /// Makes a side unusable with every slot free (its mutex held).
+  static void reset(RingSide& s);
 
  private:
   using Ptr = std::atomic<RingSide*>;
