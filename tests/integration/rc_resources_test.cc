@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <regex>
+#include <string>
 
 #include "cluster.h"
 
@@ -21,16 +21,23 @@ bool have_rc() {
   return rc != nullptr && rc[0] == '1';
 }
 
-// One counter of a stats reply: "served" or "rc:qps", say; -1 when missing.
+// One counter of a stats reply: "served", or "rc:qps" (a field of the
+// "rc:conns=2,qps=4,..." token); -1 when missing.
 long long stat(const std::string& reply, const std::string& key) {
+  std::string text = " " + reply;
+  std::string field = " " + key + "=";
   const size_t colon = key.find(':');
-  std::string re = colon == std::string::npos
-                       ? "(^| )" + key + "=([0-9]+)"
-                       : " " + key.substr(0, colon) + ":(?:[a-z]+=[0-9]+,)*" +
-                             key.substr(colon + 1) + "=([0-9]+)";
-  std::smatch m;
-  if (!std::regex_search(reply, m, std::regex(re))) return -1;
-  return std::stoll(m[m.size() - 1]);
+  if (colon != std::string::npos) {
+    const std::string scope = " " + key.substr(0, colon + 1);
+    const size_t at = text.find(scope);
+    if (at == std::string::npos) return -1;
+    const size_t begin = at + scope.size();
+    text = "," + text.substr(begin, text.find(' ', begin) - begin);
+    field = "," + key.substr(colon + 1) + "=";
+  }
+  const size_t at = text.find(field);
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + field.size()));
 }
 
 class RcResources : public ::testing::Test {
