@@ -253,9 +253,22 @@ Result<Json> Client::call(const char* path, const Json& body, Deadline d) {
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms_left(d, 60000));
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms_left(d, 1000));
     CURLcode rc = curl_easy_perform(h);
+    if (rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING) {
+      // A kept connection that the server closed (etcd restarted): once
+      // more on a fresh one before calling the endpoint down.
+      LT_DEBUG("etcd %s: %s; again on a fresh connection", url.c_str(), curl_easy_strerror(rc));
+      curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+      curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms_left(d, 60000));
+      curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms_left(d, 1000));
+      answer.clear();
+      rc = curl_easy_perform(h);
+    }
     if (rc != CURLE_OK) {
       LT_DEBUG("etcd %s: %s", url.c_str(), curl_easy_strerror(rc));
-      out = rc == CURLE_OPERATION_TIMEDOUT && d.expired() ? Code::kTimedOut : Code::kPeerDown;
+      // curl's clock and the deadline's may differ by a little: a timeout
+      // within 2 ms of the deadline is the deadline.
+      const bool deadline = d.remaining_ns() < 2'000'000;
+      out = rc == CURLE_OPERATION_TIMEDOUT && deadline ? Code::kTimedOut : Code::kPeerDown;
       continue;  // the next endpoint
     }
     Json j = Json::parse(answer, nullptr, false);

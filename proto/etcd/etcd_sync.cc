@@ -25,6 +25,7 @@ namespace {
 
 constexpr auto kMinPoll = std::chrono::milliseconds(1);
 constexpr auto kMaxPoll = std::chrono::milliseconds(20);
+constexpr uint64_t kLookRetryNs = 1'000'000'000;
 
 // Sleeps for the next backoff step, not past `d`.
 void pause(std::chrono::milliseconds* step, Deadline d) {
@@ -97,13 +98,20 @@ Status EtcdMembership::lock(const std::string& name, uint64_t owner, Deadline d)
                        {"sort_target", "CREATE"},
                        {"limit", "1"}};
   auto step = kMinPoll;
+  uint64_t failing_since = 0;  // when the looks began to fail; 0 while they work
   for (;;) {
     r = client_->call("/v3/kv/range", oldest, d);
     if (r.is_ok()) {
+      failing_since = 0;
       std::vector<Kv> kvs = etcd::kvs_of(*r);
       if (!kvs.empty() && kvs[0].key == key) return Status::ok();
+    } else if (failing_since == 0) {
+      failing_since = now_ns();
     }
-    if (!r.is_ok() || d.expired()) {
+    // A look that failed is tried again for up to kLookRetryNs (etcd may
+    // have just restarted, or a kept connection died with it).
+    const bool gave_up = failing_since != 0 && now_ns() - failing_since > kLookRetryNs;
+    if (gave_up || d.expired()) {
       // Withdrawn (best effort: if etcd is out of reach, the key goes with
       // the lease or with an unlock).
       (void)client_->call("/v3/kv/deleterange", Json{{"key", etcd::b64(key)}},
