@@ -14,7 +14,8 @@ std::vector<ConfigKey> config_keys(Config& c) {
   using K = KeyType;
   return {
       {"transports", "LTIER_TRANSPORTS",
-       "allowed transports, comma-separated: shm (peers on this host), tcp (all others)",
+       "allowed transports, comma-separated: shm (peers on this host), rc (RDMA RC QPs), ud "
+       "(RDMA UD, where rc cannot serve a peer), tcp (all others)",
        K::kString, &c.transports},
       {"cluster.backend", "LTIER_CLUSTER_BACKEND",
        "how nodes find each other: manager (ltier-manager at cluster.manager), pmix (the "
@@ -106,6 +107,23 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"verbs.connect_timeout_ms", "LTIER_VERBS_CONNECT_TIMEOUT_MS",
        "rc: the QP address exchange with a new peer gives up after this", K::kU32,
        &c.verbs.connect_timeout_ms},
+      {"verbs.ud_window", "LTIER_VERBS_UD_WINDOW",
+       "ud: datagrams in flight to one peer before its acknowledgements (a power of two, 8 to "
+       "1024)",
+       K::kU32, &c.verbs.ud_window},
+      {"verbs.ud_send_slots", "LTIER_VERBS_UD_SEND_SLOTS",
+       "ud: registered send buffers of one MTU, shared by all peers; a datagram keeps its "
+       "buffer until acknowledged",
+       K::kU32, &c.verbs.ud_send_slots},
+      {"verbs.ud_recv_buffers", "LTIER_VERBS_UD_RECV_BUFFERS",
+       "ud: receive buffers of one MTU in the shared receive queue", K::kU32,
+       &c.verbs.ud_recv_buffers},
+      {"verbs.ud_peer_timeout_ms", "LTIER_VERBS_UD_PEER_TIMEOUT_MS",
+       "ud: a peer that acknowledges nothing this long while datagrams wait is lost", K::kU32,
+       &c.verbs.ud_peer_timeout_ms},
+      {"verbs.ud_loss_percent", "LTIER_VERBS_UD_LOSS_PERCENT",
+       "ud, for tests: this percentage of received datagrams is dropped on purpose (0 to 50)",
+       K::kU32, &c.verbs.ud_loss_percent},
       {"shm.ring_bytes", "LTIER_SHM_RING_BYTES",
        "shm: bytes of each direction's message ring per connection (a power of two, >= 4096); "
        "both rings live in one memfd segment",

@@ -62,6 +62,11 @@ struct VerbsConfig {
   uint32_t bounce_bytes = 256u << 10;      // per QP: staging for unregistered local buffers
   uint32_t spin_us = 20;                   // polls that find nothing this long arm the CQs
   uint32_t connect_timeout_ms = 2000;
+  uint32_t ud_window = 128;            // ud: datagrams in flight per peer (a power of two)
+  uint32_t ud_send_slots = 4096;       // ud: registered send buffers of one MTU, all peers
+  uint32_t ud_recv_buffers = 1024;     // ud: receive buffers of one MTU
+  uint32_t ud_peer_timeout_ms = 5000;  // ud: a peer silent this long while data waits is lost
+  uint32_t ud_loss_percent = 0;        // ud, tests only: datagrams dropped on receipt
 };
 
 struct EngineConfig {
@@ -90,7 +95,7 @@ struct Config {
   // Allowed transports (LTIER_TRANSPORTS, like UCX_TLS): shm for peers on this
   // host (same boot id and network namespace), rc where both ends have an
   // RDMA device, tcp for the others. One this node cannot open steps aside.
-  std::string transports = "shm,rc,tcp";
+  std::string transports = "shm,rc,ud,tcp";
 };
 
 enum class KeyType : uint8_t { kString, kU32, kU64 };

@@ -48,4 +48,9 @@ Result<std::unique_ptr<Transport>> make_shm_transport(const ShmConfig& config);
 /// a build without libibverbs.
 Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config);
 
+/// Reliable messages over one RDMA UD QP (transport/verbs/ud_transport.h),
+/// for peers rc cannot serve. kNotFound without a usable device,
+/// kUnsupported in a build without libibverbs.
+Result<std::unique_ptr<Transport>> make_ud_transport(const Config& config);
+
 }  // namespace lt::transport

@@ -66,6 +66,10 @@ struct Caps {  // read once per peer; values the device granted
   /// or queued (kWrMustQueue) as a kSend is, and as cheap as one. proto
   /// sends RPC calls and replies into rings with it.
   uint32_t async_write_imm_max = 0;
+  /// connect() does not wait for the peer (ud: the stream opens with its
+  /// first datagram, no round trip). A peer that is not there is reported
+  /// by a kPeerLost within the transport's peer timeout, not by connect.
+  bool lazy_connect = false;
   uint32_t max_inline = 0;
   uint32_t max_msg = 0;  // largest message payload (sum of the sges) a post accepts
   /// Messages up to this size go eager over this transport (copied at both

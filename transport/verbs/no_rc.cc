@@ -1,4 +1,4 @@
-// The rc transport in a build without libibverbs-dev.
+// The rc and ud transports in a build without libibverbs-dev.
 #include "common/log.h"
 #include "transport/factory.h"
 
@@ -7,6 +7,12 @@ namespace lt::transport {
 Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config) {
   (void)config;
   LT_INFO("rc: this ltier was built without libibverbs (install libibverbs-dev and rebuild)");
+  return Code::kUnsupported;
+}
+
+Result<std::unique_ptr<Transport>> make_ud_transport(const Config& config) {
+  (void)config;
+  LT_INFO("ud: this ltier was built without libibverbs (install libibverbs-dev and rebuild)");
   return Code::kUnsupported;
 }
 

@@ -35,7 +35,7 @@ class ScopedEnv {
 
 TEST(ConfigTest, Defaults) {
   Config c;
-  EXPECT_EQ(c.transports, "shm,rc,tcp");
+  EXPECT_EQ(c.transports, "shm,rc,ud,tcp");
   EXPECT_EQ(c.cluster.manager, "127.0.0.1:7700");
   EXPECT_EQ(c.cluster.join_timeout_ms, 5000u);
   EXPECT_TRUE(c.cluster.node_name.empty());

@@ -92,7 +92,7 @@ TEST(TransportSet, RcStepsAsideWithoutADevice) {
   EXPECT_EQ(s.exporter(), nullptr);
   TransportSet alone;
   EXPECT_EQ(alone.build(local_config("rc")).code(), Code::kUnsupported);
-  EXPECT_EQ(Config().transports, "shm,rc,tcp");
+  EXPECT_EQ(Config().transports, "shm,rc,ud,tcp");
 }
 
 // Which of a peer's LMR keys a transport uses: its place among the peer's

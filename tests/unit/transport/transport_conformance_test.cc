@@ -26,6 +26,29 @@ class TransportConformance : public TransportHarness,
 
   void concurrent_posters(bool corked);
 
+  // Node `node` at `address` is not there: connect fails with kPeerDown, or
+  // (Caps::lazy_connect) a message posted to it ends in kPeerLost.
+  void expect_unreachable(NodeId node, const std::string& address) {
+    auto ep = a_->t->connect(peer_info(node, address), Deadline::after_ms(kWaitMs));
+    if (!caps().lazy_connect || !ep.is_ok()) {
+      ASSERT_FALSE(ep.is_ok());
+      EXPECT_EQ(ep.status().code(), Code::kPeerDown);
+      return;
+    }
+    auto msg = pattern(100, 17);
+    const auto before = std::count(a_->lost.begin(), a_->lost.end(), node);
+    auto r = (*ep)->post(std::vector<WorkRequest>{send_wr(1, msg.data(), msg.size())});
+    if (!r.is_ok()) {
+      EXPECT_EQ(r.status().code(), Code::kPeerDown);
+      return;
+    }
+    EXPECT_TRUE(pump_until(
+        [&] { return std::count(a_->lost.begin(), a_->lost.end(), node) > before; },
+        Deadline::after_ms(2 * kWaitMs)))
+        << "no kPeerLost for node " << node;
+    EXPECT_FALSE((*ep)->alive());
+  }
+
   // Memory of `owner` that peers reach with one-sided ops; freed at TearDown.
   MemRegion alloc_on(Side* owner, size_t len, Access a = kRemoteAll) {
     auto mr = owner->t->alloc_memory(len, a);
@@ -359,9 +382,7 @@ TEST_P(TransportConformance, DestroyedPeerIsLost) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), Code::kPeerDown);
   // Nothing listens there any more.
-  auto again = a_->t->connect(peer_info(2, b_address), Deadline::after_ms(kWaitMs));
-  ASSERT_FALSE(again.is_ok());
-  EXPECT_EQ(again.status().code(), Code::kPeerDown);
+  expect_unreachable(2, b_address);
 }
 
 TEST_P(TransportConformance, LostPeerIsReportedOnce) {
@@ -382,9 +403,7 @@ TEST_P(TransportConformance, ConnectToClosedAddressIsPeerDown) {
   ASSERT_NE(c, nullptr);
   std::string address = c->t->local_address();
   c->t.reset();
-  auto ep = a_->t->connect(peer_info(3, address), Deadline::after_ms(kWaitMs));
-  ASSERT_FALSE(ep.is_ok());
-  EXPECT_EQ(ep.status().code(), Code::kPeerDown);
+  expect_unreachable(3, address);
 }
 
 TEST_P(TransportConformance, ConnectToBadAddressFails) {
@@ -1063,7 +1082,10 @@ TEST_P(TransportConformance, PlacedWritesInterleavedWithSendsKeepOrder) {
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance,
                          ::testing::Values(TransportKind{"rc", &make_rc, &rc_peer},
                                            TransportKind{"rc_small_ring", &make_rc_small_ring,
-                                                         &rc_peer, true}),
+                                                         &rc_peer, true},
+                                           TransportKind{"ud", &make_ud, &ud_peer},
+                                           TransportKind{"ud_lossy", &make_ud_lossy, &ud_peer,
+                                                         true}),
 #else
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformance,

@@ -118,6 +118,30 @@ inline Result<std::unique_ptr<Transport>> make_rc_small_ring() {
   return make_rc_transport(c);
 }
 
+inline PeerInfo ud_peer(NodeId node, const std::string& address) {
+  return PeerInfo{node, "", {{"ud", address}}};
+}
+
+inline Result<std::unique_ptr<Transport>> make_ud() {
+  Config c;
+  c.verbs.max_msg_bytes = kTestMaxMsg;
+  c.verbs.ud_peer_timeout_ms = 2000;
+  return make_ud_transport(c);
+}
+
+// A window of 16 datagrams, 64 send slots and 10% of datagrams dropped on
+// receipt: back-pressure, the waiting queue, reordering, duplicates and
+// retransmission within a few messages.
+inline Result<std::unique_ptr<Transport>> make_ud_lossy() {
+  Config c;
+  c.verbs.max_msg_bytes = kTestMaxMsg;
+  c.verbs.ud_window = 16;
+  c.verbs.ud_send_slots = 64;
+  c.verbs.ud_loss_percent = 10;
+  c.verbs.ud_peer_timeout_ms = 2000;
+  return make_ud_transport(c);
+}
+
 // Deterministic message contents: byte j of the message with `seed`.
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

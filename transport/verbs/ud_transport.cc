@@ -1,0 +1,632 @@
+// UdTransport itself: the device, the UD QP and its buffers, send slots,
+// connections, timers and the poller's loop. The receive path is in
+// ud_rx.cc, a connection's send side in ud_tx.cc.
+#include "transport/verbs/ud_transport.h"
+
+#include <infiniband/verbs.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/time.h"
+#include "transport/factory.h"
+
+namespace lt::transport::verbs {
+
+namespace {
+
+constexpr uint64_t kChannelTag = 1, kAwakeTag = 2, kTimerTag = 3;
+constexpr uint32_t kSendQueueDepth = 1024;
+
+void ring(int fd) {
+  uint64_t one = 1;
+  ssize_t r = ::write(fd, &one, sizeof(one));
+  (void)r;
+}
+void drain(int fd) {
+  uint64_t v;
+  ssize_t r = ::read(fd, &v, sizeof(v));
+  (void)r;
+}
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Lowers `a` to `v`; true when it did.
+bool lower_to(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t cur = a.load(std::memory_order_acquire);
+  while (v < cur) {
+    if (a.compare_exchange_weak(cur, v, std::memory_order_acq_rel)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string format_ud_address(const UdAddress& a) {
+  char buf[80];
+  int k = 0;
+  for (uint8_t b : a.gid) k += std::snprintf(buf + k, sizeof(buf) - k, "%02x", b);
+  std::snprintf(buf + k, sizeof(buf) - k, "/%u/%u/%u", a.qpn, a.lid, a.mtu);
+  return buf;
+}
+
+bool parse_ud_address(std::string_view text, UdAddress* out) {
+  if (text.size() < 33 || text[32] != '/') return false;
+  for (int i = 0; i < 16; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(std::string(text.substr(2 * i, 2)).c_str(), "%2x", &v) != 1) return false;
+    out->gid[i] = static_cast<uint8_t>(v);
+  }
+  unsigned qpn = 0, lid = 0, mtu = 0;
+  char extra = 0;
+  if (std::sscanf(std::string(text.substr(33)).c_str(), "%u/%u/%u%c", &qpn, &lid, &mtu, &extra) !=
+          3 ||
+      qpn == 0 || qpn > 0xffffff || lid > 0xffff || mtu < 256 || mtu > 4096) {
+    return false;
+  }
+  out->qpn = qpn;
+  out->lid = static_cast<uint16_t>(lid);
+  out->mtu = mtu;
+  return true;
+}
+
+UdTransport::UdTransport(const Config& config) : config_(config.verbs) {}
+
+UdTransport::~UdTransport() {
+  if (qp_ != nullptr && send_region_) say_bye();
+  conns_.for_each_locked([](UdConn& c) {
+    c.dead_.store(true);
+    c.drop_ah();
+  });
+  {
+    std::lock_guard<std::mutex> g(backlog_mu_);
+    backlogged_.clear();
+  }
+  conns_.release_closed();
+  if (qp_ != nullptr) ibv_destroy_qp(qp_);
+  send_region_.reset();
+  rx_region_.reset();
+  if (send_mem_ != nullptr) ::munmap(send_mem_, send_len_);
+  if (rx_mem_ != nullptr) ::munmap(rx_mem_, rx_len_);
+}
+
+// A kBye to every peer with a stream both ways, and a short wait for the
+// device to send them before the QP goes.
+void UdTransport::say_bye() {
+  std::vector<std::shared_ptr<UdConn>> all;
+  conns_.for_each_locked([&](UdConn& c) {
+    if (c.rx.stream != 0 && !c.dead_.load()) all.push_back(c.shared_from_this());
+  });
+  size_t sent = 0;
+  for (auto& c : all) {
+    uint32_t slot;
+    if (!take_slots(1, &slot)) break;
+    UdHeader h{};
+    h.type = UdType::kBye;
+    h.src = self();
+    h.dst = c->peer();
+    h.stream = c->tx_stream();
+    h.ack_stream = c->rx.stream;
+    std::memcpy(slot_ptr(slot), &h, sizeof(h));
+    slot_state_[slot].store(kReleased, std::memory_order_relaxed);
+    slot_posted(slot);
+    const UdSend s{slot, static_cast<uint32_t>(sizeof(h)), kNoSeq};
+    sent += send(*c, &s, 1);
+  }
+  const Deadline d = Deadline::after_ms(50);
+  while (sent > 0 && sq_used_.load() > 0 && !d.expired()) poll_send_cq();
+}
+
+Status UdTransport::init() {
+  const VerbsConfig& c = config_;
+  if (c.ud_window < 8 || c.ud_window > kMaxUdWindow || (c.ud_window & (c.ud_window - 1)) != 0 ||
+      c.ud_send_slots < 2 * c.ud_window || c.ud_recv_buffers < 16 || c.max_msg_bytes == 0 ||
+      c.ud_loss_percent > 50 || c.ud_peer_timeout_ms == 0) {
+    LT_ERROR(
+        "ud: verbs.ud_window must be a power of two from 8 to %u, verbs.ud_send_slots at least "
+        "twice it, verbs.ud_recv_buffers at least 16, verbs.ud_loss_percent at most 50, "
+        "verbs.ud_peer_timeout_ms above 0",
+        kMaxUdWindow);
+    return Code::kInvalidArg;
+  }
+  loss_percent_ = c.ud_loss_percent;
+  LT_RETURN_IF_ERROR(open_device());
+  LT_RETURN_IF_ERROR(make_qp());
+  LT_RETURN_IF_ERROR(make_buffers());
+  caps_.reliable = true;  // by ltier's acknowledgements, not the device's
+  caps_.write_imm = true;  // carried in the first datagram's header
+  caps_.max_msg = c.max_msg_bytes;
+  caps_.eager_max = std::min(c.eager_max_bytes, c.max_msg_bytes);
+  caps_.max_batch = c.ud_window / 2;
+  caps_.lazy_connect = true;
+  epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
+  awake_fd_.reset(eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC));
+  timer_fd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!epfd_.valid() || !awake_fd_.valid() || !timer_fd_.valid()) return Code::kSys;
+  for (auto [fd, tag] : {std::pair{dev_->channel_fd(), kChannelTag},
+                         {awake_fd_.get(), kAwakeTag},
+                         {timer_fd_.get(), kTimerTag}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return Code::kSys;
+  }
+  UdAddress a;
+  std::memcpy(a.gid, dev_->gid().data(), 16);
+  a.qpn = qp_->qp_num;
+  a.lid = dev_->lid();
+  a.mtu = mtu_;
+  address_ = format_ud_address(a);
+  const Choice& choice = dev_->choice();
+  LT_INFO("ud: %s port %u GID[%u] %s, QP %u, MTU %u%s", choice.device.c_str(), choice.port,
+          choice.gid.index, choice.gid.text.c_str(), a.qpn, mtu_,
+          loss_percent_ != 0 ? ", dropping datagrams on purpose (verbs.ud_loss_percent)" : "");
+  return Status::ok();
+}
+
+Status UdTransport::open_device() {
+  std::string why;
+  auto devices = list_devices(&why);
+  auto choice = choose(devices, config_, &why);
+  if (!choice) {
+    if (devices.empty()) {
+      LT_INFO("ud: %s", why.c_str());
+    } else {
+      LT_ERROR("ud: %s", why.c_str());
+    }
+    return choice.status();
+  }
+  mtu_ = std::min<uint32_t>(choice->mtu, 4096);
+  if (mtu_ < 256) {
+    LT_ERROR("ud: %s port %u has an MTU of %u bytes, too small for ud (256 at least)",
+             choice->device.c_str(), choice->port, choice->mtu);
+    return Code::kNotFound;
+  }
+  sq_depth_ = kSendQueueDepth;
+  auto dev = VerbsDevice::open(*choice, 2 * sq_depth_, &why, config_.ud_recv_buffers);
+  if (!dev) {
+    LT_ERROR("ud: %s", why.c_str());
+    return dev.status();
+  }
+  dev_ = std::move(*dev);
+  return Status::ok();
+}
+
+Status UdTransport::make_qp() {
+  const Choice& c = dev_->choice();
+  ibv_qp_init_attr ia{};
+  ia.send_cq = dev_->cq();
+  ia.recv_cq = dev_->recv_cq();
+  ia.srq = dev_->srq();
+  ia.qp_type = IBV_QPT_UD;
+  ia.sq_sig_all = 1;
+  ia.cap.max_send_wr = sq_depth_;
+  ia.cap.max_send_sge = 1;
+  qp_ = ibv_create_qp(dev_->pd(), &ia);
+  if (qp_ == nullptr) {
+    LT_ERROR("ud: ibv_create_qp (UD, %u sends) on %s: %s", sq_depth_, c.device.c_str(),
+             std::strerror(errno));
+    return Code::kNoResource;
+  }
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = static_cast<uint8_t>(c.port);
+  a.qkey = kUdQkey;
+  int rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+  if (rc == 0) {
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE);
+  }
+  if (rc == 0) {
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0;
+    rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+  }
+  if (rc != 0) {
+    LT_ERROR("ud: ibv_modify_qp of the UD QP on %s port %u: %s (verbs.device, verbs.port)",
+             c.device.c_str(), c.port, std::strerror(rc));
+    return Code::kSys;
+  }
+  return Status::ok();
+}
+
+Status UdTransport::make_buffers() {
+  std::string why;
+  slot_stride_ = round_up(mtu_, 64);
+  slots_ = config_.ud_send_slots;
+  send_len_ = round_up(slot_stride_ * slots_, 4096);
+  rx_stride_ = round_up(kGrhBytes + mtu_, 64);
+  rx_len_ = round_up(rx_stride_ * config_.ud_recv_buffers, 4096);
+  for (auto [mem, len] : {std::pair{&send_mem_, send_len_}, {&rx_mem_, rx_len_}}) {
+    void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return Code::kNoMemory;
+    *mem = static_cast<std::byte*>(p);
+  }
+  auto s = Region::make_local(*dev_, send_mem_, send_len_, &why);
+  auto r = s ? Region::make_local(*dev_, rx_mem_, rx_len_, &why) : s.status();
+  if (!r) {
+    LT_ERROR("ud: %s", why.c_str());
+    return r.status();
+  }
+  send_region_ = std::move(*s);
+  rx_region_ = std::move(*r);
+  slot_state_.reset(new std::atomic<uint32_t>[slots_]);
+  free_slots_.reserve(slots_);
+  for (uint32_t i = slots_; i-- > 0;) {
+    slot_state_[i].store(0);
+    free_slots_.push_back(i);
+  }
+  for (uint32_t i = 0; i < config_.ud_recv_buffers; ++i) post_recv(i);
+  stash_.reset(new ibv_wc[1]);
+  return Status::ok();
+}
+
+void UdTransport::set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) {
+  hello_key_ = hello_key;
+  token_.store(cluster_token, std::memory_order_release);
+  self_.store(self, std::memory_order_release);
+}
+
+Result<MemRegion> UdTransport::register_memory(std::span<std::byte> mem, Access a) {
+  (void)a;  // messages are copied into send slots: nothing to register
+  return MemRegion{mem.data(), mem.size(), 0, 0};
+}
+
+TransportStats UdTransport::stats() const {
+  TransportStats s;
+  s.connections = conns_.size();
+  s.queue_pairs = 1;
+  s.registrations = 2;
+  return s;
+}
+
+// --- connections ---
+
+Result<ibv_ah*> UdTransport::make_ah(const UdAddress& a, std::string* why) {
+  const Choice& c = dev_->choice();
+  ibv_ah_attr attr{};
+  attr.is_global = 1;
+  std::memcpy(attr.grh.dgid.raw, a.gid, 16);
+  attr.grh.sgid_index = static_cast<uint8_t>(c.gid.index);
+  attr.grh.hop_limit = 64;
+  attr.dlid = a.lid;
+  attr.port_num = static_cast<uint8_t>(c.port);
+  ibv_ah* ah = ibv_create_ah(dev_->pd(), &attr);
+  if (ah == nullptr) {
+    *why = "ibv_create_ah on " + c.device + " port " + std::to_string(c.port) + " GID index " +
+           std::to_string(c.gid.index) + " (" + c.gid.text + "): " + std::strerror(errno) +
+           " (both ends need RoCE v2 GIDs of the same address family: verbs.gid_index, "
+           "LTIER_VERBS_GID_INDEX; ltier-info --devices)";
+    return Code::kPeerDown;
+  }
+  return ah;
+}
+
+UdSyn UdTransport::make_syn(NodeId to) {
+  UdSyn s{};
+  s.hello = make_hello(kUdHelloLabel, self(), to, token_.load(), hello_counter_.fetch_add(1) + 1,
+                       hello_key_);
+  std::memcpy(s.gid, dev_->gid().data(), 16);
+  s.qpn = qp_->qp_num;
+  s.lid = dev_->lid();
+  s.mtu = mtu_;
+  return s;
+}
+
+Result<std::unique_ptr<Endpoint>> UdTransport::connect(const PeerInfo& peer, Deadline d) {
+  (void)d;  // no round trip: the stream opens with its first datagram
+  if (self() == kNoNode) return Code::kNotJoined;
+  if (auto c = conns_.serving(peer.node)) {
+    return std::unique_ptr<Endpoint>(new ConnEndpoint<UdConn>(c));
+  }
+  const std::string address(peer.address(name()));
+  UdAddress a;
+  if (address.empty()) return Code::kPeerDown;
+  if (!parse_ud_address(address, &a)) {
+    LT_ERROR("ud: node %u has a bad address '%s'", peer.node, address.c_str());
+    return Code::kPeerDown;
+  }
+  std::string why;
+  auto ah = make_ah(a, &why);
+  if (!ah) {
+    LT_ERROR("ud: node %u: %s", peer.node, why.c_str());
+    return ah.status();
+  }
+  auto conn = std::make_shared<UdConn>(this, peer.node, *ah, a.qpn, std::min(mtu_, a.mtu));
+  auto served = conns_.add_dialed(peer.node, conn, [] { return Status::ok(); });
+  if (!served) return served.status();
+  if (served->get() == conn.get() && !conn->start(make_syn(peer.node))) {
+    conn->broken_.store(true);  // the poller closes it
+    has_broken_.store(true, std::memory_order_seq_cst);
+    kick();
+    LT_WARN("ud: no free send slot to open a stream to node %u (verbs.ud_send_slots)", peer.node);
+    return Code::kNoResource;
+  }
+  return std::unique_ptr<Endpoint>(new ConnEndpoint<UdConn>(*served));
+}
+
+// --- send slots and posts ---
+
+bool UdTransport::take_slots(uint32_t n, uint32_t* out) {
+  std::lock_guard<SpinLock> g(free_mu_);
+  if (free_slots_.size() < n) return false;
+  for (uint32_t i = 0; i < n; ++i) {
+    out[i] = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  return true;
+}
+
+void UdTransport::free_slot(uint32_t slot) {
+  slot_state_[slot].store(0, std::memory_order_relaxed);
+  std::lock_guard<SpinLock> g(free_mu_);
+  free_slots_.push_back(slot);
+}
+
+void UdTransport::slot_posted(uint32_t slot) {
+  slot_state_[slot].fetch_add(1, std::memory_order_acq_rel);
+}
+
+// The device is done with one post of `slot`; the last one of a released
+// slot frees it.
+void UdTransport::slot_done(uint32_t slot) {
+  if (slot_state_[slot].fetch_sub(1, std::memory_order_acq_rel) == (kReleased | 1)) free_slot(slot);
+}
+
+void UdTransport::release_slot(uint32_t slot) {
+  if (slot == kNoSlot) return;
+  const uint32_t prev = slot_state_[slot].fetch_or(kReleased, std::memory_order_acq_rel);
+  if ((prev & kInDeviceMask) == 0) free_slot(slot);
+}
+
+size_t UdTransport::send(UdConn& c, const UdSend* s, size_t n) {
+  const uint32_t used = sq_used_.fetch_add(static_cast<uint32_t>(n), std::memory_order_acq_rel);
+  size_t grant = n;
+  if (used + n > sq_depth_) {
+    grant = used >= sq_depth_ ? 0 : sq_depth_ - used;
+    sq_used_.fetch_sub(static_cast<uint32_t>(n - grant), std::memory_order_acq_rel);
+  }
+  ibv_ah* ah = c.ah();
+  if (grant > 0 && ah != nullptr) {
+    ibv_send_wr wr[kUdBatch];
+    ibv_sge sge[kUdBatch];
+    for (size_t i = 0; i < grant; ++i) {
+      sge[i].addr = reinterpret_cast<uint64_t>(slot_ptr(s[i].slot));
+      sge[i].length = s[i].bytes;
+      sge[i].lkey = send_region_->lkey();
+      wr[i] = ibv_send_wr{};
+      wr[i].wr_id = s[i].slot;
+      wr[i].sg_list = &sge[i];
+      wr[i].num_sge = 1;
+      wr[i].opcode = IBV_WR_SEND;
+      wr[i].send_flags = IBV_SEND_SIGNALED;
+      wr[i].wr.ud.ah = ah;
+      wr[i].wr.ud.remote_qpn = c.qpn();
+      wr[i].wr.ud.remote_qkey = kUdQkey;
+      wr[i].next = i + 1 < grant ? &wr[i + 1] : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ibv_post_send(qp_, wr, &bad); rc != 0) {
+      const size_t posted = bad != nullptr ? static_cast<size_t>(bad - wr) : 0;
+      LT_DEBUG("ud: ibv_post_send took %zu of %zu: %s", posted, grant, std::strerror(rc));
+      sq_used_.fetch_sub(static_cast<uint32_t>(grant - posted), std::memory_order_acq_rel);
+      grant = posted;
+    }
+  } else if (grant > 0) {
+    sq_used_.fetch_sub(static_cast<uint32_t>(grant), std::memory_order_acq_rel);
+    grant = 0;
+  }
+  for (size_t i = grant; i < n; ++i) slot_done(s[i].slot);
+  return grant;
+}
+
+void UdTransport::poll_send_cq() {
+  ibv_wc wc[32];
+  int k;
+  while ((k = ibv_poll_cq(dev_->cq(), 32, wc)) > 0) {
+    for (int i = 0; i < k; ++i) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        LT_DEBUG("ud: a send failed: %s", ibv_wc_status_str(wc[i].status));
+      }
+      slot_done(static_cast<uint32_t>(wc[i].wr_id));
+    }
+    sq_used_.fetch_sub(static_cast<uint32_t>(k), std::memory_order_acq_rel);
+  }
+}
+
+void UdTransport::report_send_done(uint64_t wr_id) {
+  Completion c;
+  c.kind = CqKind::kSendDone;
+  c.wr_id = wr_id;
+  {
+    std::lock_guard<std::mutex> g(done_mu_);
+    send_done_.push_back(c);
+    done_count_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  if (armed_.load(std::memory_order_seq_cst)) kick();
+}
+
+void UdTransport::note_backlog(UdConn* c) {
+  {
+    std::lock_guard<std::mutex> g(backlog_mu_);
+    if (std::none_of(backlogged_.begin(), backlogged_.end(),
+                     [&](const auto& p) { return p.get() == c; })) {
+      backlogged_.push_back(c->shared_from_this());
+    }
+    has_backlog_.store(true, std::memory_order_seq_cst);
+  }
+  if (armed_.load(std::memory_order_seq_cst)) kick();
+}
+
+// --- timers and the poller ---
+
+void UdTransport::set_timerfd(uint64_t at_ns) {
+  itimerspec its{};
+  if (at_ns != UINT64_MAX) {
+    at_ns = std::max<uint64_t>(at_ns, 1);
+    its.it_value.tv_sec = static_cast<time_t>(at_ns / 1'000'000'000);
+    its.it_value.tv_nsec = static_cast<long>(at_ns % 1'000'000'000);
+  }
+  timerfd_settime(timer_fd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+void UdTransport::need_timer(uint64_t at_ns) {
+  if (lower_to(next_timer_ns_, at_ns) && armed_.load(std::memory_order_seq_cst)) {
+    set_timerfd(at_ns);
+  }
+}
+
+void UdTransport::lower_to_timer(uint64_t at_ns) { lower_to(next_timer_ns_, at_ns); }
+
+void UdTransport::run_timers(uint64_t now, std::span<Completion> out, size_t* n) {
+  next_timer_ns_.store(UINT64_MAX, std::memory_order_release);
+  uint64_t next = UINT64_MAX;
+  const uint64_t timeout = uint64_t{config_.ud_peer_timeout_ms} * 1'000'000;
+  std::vector<UdConn*> lost;
+  for (const auto& sp : conns_.snapshot()) {
+    UdConn* c = sp.get();
+    if (c->dead_.load(std::memory_order_acquire)) continue;
+    bool gone = false;
+    const uint64_t t = c->on_timer(now, timeout, &gone);
+    if (gone) {
+      lost.push_back(c);
+      continue;
+    }
+    if (t != 0) next = std::min(next, t);
+    if (c->rx.ack_due != 0) {
+      if (c->rx.ack_due <= now) {
+        send_ack(*c, now);
+      } else {
+        next = std::min(next, c->rx.ack_due);
+      }
+    }
+  }
+  for (UdConn* c : lost) close_conn(c, out, n, "no answer within verbs.ud_peer_timeout_ms");
+  lower_to(next_timer_ns_, next);
+}
+
+void UdTransport::close_conn(UdConn* c, std::span<Completion> out, size_t* n, const char* why) {
+  if (c->rx.closed) return;
+  c->rx.closed = true;
+  c->dead_.store(true, std::memory_order_release);
+  c->close_tx();
+  for (int32_t& h : c->rx.held) {
+    if (h >= 0) post_recv(static_cast<uint32_t>(h));
+    h = -1;
+  }
+  c->rx.msg = {};
+  c->rx.in_msg = false;
+  const NodeId peer = c->peer();
+  auto it = by_node_.find(peer);
+  if (it != by_node_.end() && it->second == c) by_node_.erase(it);
+  if (conns_.remove(c, peer) && peer != kNoNode) {
+    LT_INFO("ud: connection to node %u closed: %s", peer, why);
+    conns_.report_lost(peer, out, n);
+  }
+}
+
+void UdTransport::kick() { ring(awake_fd_.get()); }
+
+void UdTransport::handle_events() {
+  epoll_event evs[4];
+  int k = ::epoll_wait(epfd_.get(), evs, 4, 0);
+  for (int i = 0; i < k; ++i) {
+    if (evs[i].data.u64 == kChannelTag) dev_->drain_events();
+    if (evs[i].data.u64 == kTimerTag) drain(timer_fd_.get());
+    if (evs[i].data.u64 != kAwakeTag && armed_.exchange(false)) kick();
+  }
+}
+
+// Going to sleep: arm the CQs and the timer, then look once more (a
+// completion that came before the arming raises no event).
+void UdTransport::try_arm() {
+  if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
+  drain(awake_fd_.get());
+  armed_.store(true, std::memory_order_seq_cst);
+  dev_->arm();
+  // A connection may lower the timer while it is set: set it until it holds.
+  for (uint64_t set = 0;;) {
+    const uint64_t t = next_timer_ns_.load(std::memory_order_acquire);
+    if (t == set) break;
+    set_timerfd(t);
+    set = t;
+  }
+  poll_send_cq();
+  stash_n_ = ibv_poll_cq(dev_->recv_cq(), 1, stash_.get());
+  if (stash_n_ < 0) stash_n_ = 0;
+  if (stash_n_ != 0 || done_count_.load(std::memory_order_seq_cst) != 0 || has_backlog_.load()) {
+    armed_.store(false, std::memory_order_seq_cst);
+    kick();
+  }
+}
+
+size_t UdTransport::poll(std::span<Completion> out) {
+  size_t n = 0;
+  while (!ready_.empty() && n < out.size()) {
+    out[n++] = ready_.front();
+    ready_.pop_front();
+  }
+  n = conns_.take_pending(out, n);
+  if (conns_.changed()) refresh_conns();
+  if (idle_since_ns_ != 0 || (++polls_ & 15) == 0 || armed_.load(std::memory_order_relaxed)) {
+    handle_events();
+  }
+  poll_send_cq();
+  if (done_count_.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> g(done_mu_);
+    while (!send_done_.empty() && n < out.size()) {
+      out[n++] = send_done_.front();
+      send_done_.pop_front();
+      done_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  const size_t before = n;
+  n = poll_recv(out, n);
+  const uint64_t now = now_ns();
+  flush_acks(now);
+  if (has_backlog_.load(std::memory_order_acquire)) {
+    std::vector<std::shared_ptr<UdConn>> pumps;
+    {
+      std::lock_guard<std::mutex> g(backlog_mu_);
+      pumps.swap(backlogged_);
+      has_backlog_.store(false, std::memory_order_release);
+    }
+    for (auto& c : pumps) {
+      if (!c->dead_.load()) c->pump();
+    }
+  }
+  if (has_broken_.exchange(false)) {
+    for (auto& sp : std::vector<std::shared_ptr<UdConn>>(conns_.snapshot())) {
+      if (sp->broken_.load()) close_conn(sp.get(), out, &n, "a malformed stream");
+    }
+  }
+  if (now >= next_timer_ns_.load(std::memory_order_acquire)) run_timers(now, out, &n);
+  if (n != before || n != 0) {
+    idle_since_ns_ = 0;
+  } else if (idle_since_ns_ == 0) {
+    idle_since_ns_ = now;
+  } else if (!armed_.load(std::memory_order_relaxed) &&
+             now - idle_since_ns_ > uint64_t{config_.spin_us} * 1000) {
+    try_arm();
+  }
+  return n;
+}
+
+void UdTransport::refresh_conns() {
+  by_node_.clear();
+  for (const auto& sp : conns_.refresh()) {
+    if (!sp->dead_.load()) by_node_[sp->peer()] = sp.get();
+  }
+}
+
+}  // namespace lt::transport::verbs

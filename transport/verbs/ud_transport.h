@@ -1,0 +1,178 @@
+// ud transport: reliable messages over one RDMA unreliable-datagram QP
+// (ARCHITECTURE §6e), the fallback for peers that rc cannot serve (its QP
+// budget is spent, or the RC connection cannot be made). One UD QP serves
+// every peer, so QPs do not grow with peers at all; reliability is ltier's
+// (ud_conn.h). Messages only: one-sided ops are emulated through the owner
+// by proto, as over tcp.
+//
+// A peer is reached through its published address (GID, QPN, LID, MTU):
+// connect() makes an address handle and opens the stream with a kSyn at
+// once, without a round trip; the kSyn's hello authenticates this node to
+// the peer, which answers with its own.
+//
+// Memory: registered send slots of one MTU shared by all peers
+// (verbs.ud_send_slots), and verbs.ud_recv_buffers receive buffers in a
+// shared receive queue. Wake-ups follow rc's pattern, with a timerfd in the
+// wait set for retransmissions and delayed acknowledgements.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "common/net.h"
+#include "common/spinlock.h"
+#include "transport/conn_table.h"
+#include "transport/hello.h"
+#include "transport/transport.h"
+#include "transport/verbs/ud_conn.h"
+#include "transport/verbs/verbs_device.h"
+
+struct ibv_qp;
+struct ibv_wc;
+
+namespace lt::transport::verbs {
+
+class UdTransport final : public Transport {
+ public:
+  explicit UdTransport(const Config& config);
+  ~UdTransport() override;
+  /// Picks and opens the device, makes the QP and the buffers. kNotFound
+  /// (no usable device; the log says why), kInvalidArg (a bad key),
+  /// kNoMemory, kSys.
+  Status init();
+
+  const char* name() const override { return "ud"; }
+  const Caps& caps() const override { return caps_; }
+  std::string local_address() const override { return address_; }
+  void set_identity(NodeId self, uint64_t cluster_token, const Mac& hello_key) override;
+  Result<std::unique_ptr<Endpoint>> connect(const PeerInfo& peer, Deadline d) override;
+  Result<MemRegion> register_memory(std::span<std::byte> mem, Access a) override;
+  size_t poll(std::span<Completion> out) override;
+  void release_rx(std::span<const Completion> done) override;
+  int wait_fd() const override { return epfd_.get(); }
+  TransportStats stats() const override;
+
+  // For connections.
+  NodeId self() const { return self_.load(std::memory_order_acquire); }
+  const VerbsConfig& config() const { return config_; }
+  uint32_t mtu() const { return mtu_; }
+  std::byte* slot_ptr(uint32_t slot) { return send_mem_ + size_t{slot} * slot_stride_; }
+  /// `n` free send slots into out[0, n), or none (false).
+  bool take_slots(uint32_t n, uint32_t* out);
+  /// A post of `slot` to the device is about to be made (undone by
+  /// slot_done when it fails).
+  void slot_posted(uint32_t slot);
+  void slot_done(uint32_t slot);
+  /// The sender is done with `slot`; it is free once the device is too.
+  void release_slot(uint32_t slot);
+  bool slot_in_device(uint32_t slot) const {
+    return (slot_state_[slot].load(std::memory_order_acquire) & kInDeviceMask) != 0;
+  }
+  /// Posts datagrams to `c`; returns how many the device took.
+  size_t send(UdConn& c, const UdSend* s, size_t n);
+  void report_send_done(uint64_t wr_id);
+  /// `c` has datagrams waiting for slots or for room in the send queue.
+  void note_backlog(UdConn* c);
+  /// A connection needs the poller by `at_ns` (a retransmission timer).
+  void need_timer(uint64_t at_ns);
+
+ private:
+  static constexpr uint32_t kInDeviceMask = 0xffff, kReleased = 0x10000;
+  Status open_device();
+  Status make_qp();
+  Status make_buffers();
+  Result<ibv_ah*> make_ah(const UdAddress& a, std::string* why);
+  UdSyn make_syn(NodeId to);
+  void say_bye();
+  void free_slot(uint32_t slot);
+
+  // ud_rx.cc: the receive path.
+  size_t poll_recv(std::span<Completion> out, size_t n);
+  void on_datagram(const ibv_wc& wc, std::span<Completion> out, size_t* n);
+  UdConn* accept_syn(const UdHeader& h, const std::byte* payload, uint32_t src_qp,
+                     std::span<Completion> out, size_t* n);
+  std::byte* rx_buf(uint32_t idx) { return rx_mem_ + size_t{idx} * rx_stride_; }
+  bool drop_on_purpose();
+  void take(UdConn& c, const UdHeader& h, uint32_t idx, std::span<Completion> out, size_t* n);
+  void take_one(UdConn& c, uint32_t idx, std::span<Completion> out, size_t* n);
+  void deliver(const Completion& c, std::span<Completion> out, size_t* n);
+  void send_ack(UdConn& c, uint64_t now);
+  void flush_acks(uint64_t now);
+  void post_recv(uint32_t idx);
+  UdConn* conn_of(NodeId node);
+  void note_ack(UdConn& c);
+  void refresh_conns();
+
+  void poll_send_cq();
+  void run_timers(uint64_t now, std::span<Completion> out, size_t* n);
+  void close_conn(UdConn* c, std::span<Completion> out, size_t* n, const char* why);
+  void handle_events();
+  void try_arm();
+  void kick();
+  void set_timerfd(uint64_t at_ns);
+  void lower_to_timer(uint64_t at_ns);
+
+  VerbsConfig config_;
+  Caps caps_;
+  std::string address_;
+  uint32_t mtu_ = 0;
+  std::unique_ptr<VerbsDevice> dev_;
+  ibv_qp* qp_ = nullptr;
+  net::Fd epfd_, awake_fd_, timer_fd_;
+  std::atomic<NodeId> self_{kNoNode};
+  std::atomic<uint64_t> token_{0};
+  Mac hello_key_{};
+  std::atomic<uint64_t> hello_counter_{0};
+  HelloCheck hellos_{kUdHelloLabel};  // the poller's
+  std::atomic<bool> armed_{false};
+  std::atomic<uint64_t> next_timer_ns_{UINT64_MAX};
+  uint32_t loss_percent_ = 0;
+  uint64_t loss_rng_ = 0x9e3779b97f4a7c15ull;
+
+  ConnTable<UdConn> conns_;
+  std::unordered_map<NodeId, UdConn*> by_node_;  // the poller's, from conns_' snapshot
+
+  // Send slots: registered, one MTU each; a slot's state counts its posts in
+  // the device and says whether its sender released it.
+  std::byte* send_mem_ = nullptr;
+  size_t send_len_ = 0, slot_stride_ = 0;
+  uint32_t slots_ = 0;
+  std::unique_ptr<Region> send_region_;
+  std::unique_ptr<std::atomic<uint32_t>[]> slot_state_;
+  SpinLock free_mu_;
+  std::vector<uint32_t> free_slots_;
+  std::atomic<uint32_t> sq_used_{0};
+  uint32_t sq_depth_ = 0;
+
+  // Receive buffers: GRH + one MTU each, all posted to the SRQ but those
+  // lent to the engine or held early.
+  std::byte* rx_mem_ = nullptr;
+  size_t rx_len_ = 0, rx_stride_ = 0;
+  std::unique_ptr<Region> rx_region_;
+  std::vector<std::unique_ptr<std::byte[]>> lent_msgs_;  // reassembled, until release_rx
+  std::unique_ptr<ibv_wc[]> stash_;  // receive completions try_arm found
+  int stash_n_ = 0;
+
+  // The poller's.
+  std::deque<Completion> ready_;  // completions found while `out` was full
+  std::vector<UdConn*> acks_;     // connections that took datagrams this poll
+  uint64_t idle_since_ns_ = 0;
+  uint32_t polls_ = 0;
+
+  std::mutex backlog_mu_;
+  std::vector<std::shared_ptr<UdConn>> backlogged_;
+  std::atomic<bool> has_backlog_{false};
+
+  std::mutex done_mu_;
+  std::deque<Completion> send_done_;
+  std::atomic<size_t> done_count_{0};
+  std::atomic<bool> has_broken_{false};
+};
+
+}  // namespace lt::transport::verbs
