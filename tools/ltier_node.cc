@@ -38,7 +38,7 @@ constexpr Command kCommands[] = {
      "[TIMEOUT_MS] -> ok KIND NODE [missed N] (LT_member_event; KIND up, down, expelled, "
      "manager_lost, rejoined; no timeout: look once)",
      cmd_event},
-    {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, rc, tcp or self)", cmd_transport},
+    {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, rc, ud, tcp or self)", cmd_transport},
     {"stats",
      "-> ok served=N malformed=N late=N ring_calls=N ring_replies=N "
      "NAME:conns=N,qps=N,spare=N,regs=N ... (LT_stats, one "
@@ -53,6 +53,12 @@ constexpr Command kCommands[] = {
     {"write", "H OFF HEX -> ok", cmd_write},
     {"fill", "H OFF LEN BYTE -> ok (LT_write of LEN copies of BYTE)", cmd_fill},
     {"read", "H OFF LEN -> ok HEX", cmd_read},
+    {"write_pat", "H OFF LEN SEED CHUNK -> ok (a pattern of SEED, in LT_writes of CHUNK bytes)",
+     cmd_write_pat},
+    {"check_pat",
+     "H OFF LEN SEED CHUNK -> ok|err mismatch at I (LT_reads of CHUNK bytes, every byte "
+     "compared with write_pat's pattern)",
+     cmd_check_pat},
     {"sum", "H OFF LEN -> ok SUM (LT_read, byte sum: cheap to print)", cmd_sum},
     {"memset", "H OFF BYTE LEN -> ok", cmd_memset},
     {"memcpy", "DST DOFF SRC SOFF LEN -> ok", cmd_memcpy},

@@ -31,7 +31,10 @@ class ThreeNodes : public ::testing::TestWithParam<const char*> {
     for (int i = 0; i < 3; ++i) ids_[i] = id_of(nodes_[i]);
     // Every pair uses the transport the parameter implies.
     const std::string param = GetParam();
-    std::string want = param == "tcp" ? "ok tcp" : param == "rc,tcp" ? "ok rc" : "ok shm";
+    std::string want = param == "tcp"      ? "ok tcp"
+                       : param == "rc,tcp" ? "ok rc"
+                       : param == "ud,tcp" ? "ok ud"
+                                           : "ok shm";
     for (int i = 0; i < 3; ++i) {
       std::string got = nodes_[i]->cmd("transport " + ids_[(i + 1) % 3]);
       ASSERT_EQ(got.rfind(want, 0), 0u) << got;
@@ -48,6 +51,7 @@ std::vector<const char*> three_node_transports() {
   std::vector<const char*> v = {"tcp", "shm,tcp"};
   if (const char* rc = std::getenv("LTIER_ITEST_RC"); rc != nullptr && rc[0] == '1') {
     v.push_back("rc,tcp");
+    v.push_back("ud,tcp");
   }
   return v;
 }

@@ -117,26 +117,26 @@ TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
 }
 
 // With verbs.rc_qp_budget = K every node has room for one rc peer: a reaches
-// b over rc, and the pairs that come after go over tcp (the dialer's budget
-// or the acceptor's refuses), saying why; every pair still works.
+// b over rc, and the pairs that come after go over ud (the dialer's budget
+// or the acceptor's refuses), saying why; every pair still works, and ud
+// holds one QP whatever the number of its peers.
 class RcBudget : public RcResources {
  protected:
   std::vector<std::string> env() const override {
-    auto e = RcResources::env();
-    e.push_back("LTIER_VERBS_RC_QP_BUDGET=" + std::to_string(kQpsPerPeer));
-    return e;
+    return {"LTIER_TRANSPORTS=rc,ud,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kQpsPerPeer),
+            "LTIER_VERBS_RC_QP_BUDGET=" + std::to_string(kQpsPerPeer)};
   }
 };
 
-TEST_F(RcBudget, FurtherPeersGoToTheNextTransport) {
+TEST_F(RcBudget, FurtherPeersGoToUd) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   EXPECT_EQ(a->cmd("transport " + ids_[1]).rfind("ok rc", 0), 0u);
   std::string ac = a->cmd("transport " + ids_[2]);  // a's budget is spent
-  EXPECT_EQ(ac.rfind("ok tcp", 0), 0u) << ac;
+  EXPECT_EQ(ac.rfind("ok ud", 0), 0u) << ac;
   EXPECT_NE(ac.find("rc_qp_budget"), std::string::npos) << ac;
   EXPECT_EQ(b->cmd("transport " + ids_[0]).rfind("ok rc", 0), 0u);  // a's connection
   std::string cb = c->cmd("transport " + ids_[1]);  // b refuses: its budget went to a
-  EXPECT_EQ(cb.rfind("ok tcp", 0), 0u) << cb;
+  EXPECT_EQ(cb.rfind("ok ud", 0), 0u) << cb;
   for (int i = 0; i < 3; ++i) {
     for (int j = 0; j < 3; ++j) {
       if (i == j) continue;
@@ -144,7 +144,39 @@ TEST_F(RcBudget, FurtherPeersGoToTheNextTransport) {
     }
     std::string st = nodes_[i]->cmd("stats");
     EXPECT_LE(stat(st, "rc:qps"), kQpsPerPeer) << st;
+    EXPECT_EQ(stat(st, "ud:qps"), 1) << st;
   }
+}
+
+// ud with 10% of datagrams dropped on receipt at every node: 32 MiB of
+// messages (eager and rendezvous sizes, every byte and the order checked)
+// and 32 MiB of one-sided data written and read back through the owner
+// (every byte compared) arrive whole.
+class UdLoss : public RcResources {
+ protected:
+  std::vector<std::string> env() const override {
+    return {"LTIER_TRANSPORTS=ud,tcp", "LTIER_VERBS_UD_LOSS_PERCENT=10"};
+  }
+};
+
+TEST_F(UdLoss, SixtyFourMiBArriveWholeThroughTenPercentLoss) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  EXPECT_EQ(a->cmd("transport " + ids_[1]).rfind("ok ud", 0), 0u);
+  // Messages to b: 16 MiB by rendezvous from c, 16 MiB eager from a.
+  ASSERT_TRUE(b->send("recv_seq 7 16 1048576"));
+  EXPECT_EQ(c->cmd("send_seq " + ids_[1] + " 7 16 1048576", 120000), "ok");
+  EXPECT_EQ(b->read_line(120000), "ok");
+  ASSERT_TRUE(b->send("recv_seq 8 1024 16384"));
+  EXPECT_EQ(a->cmd("send_seq " + ids_[1] + " 8 1024 16384", 120000), "ok");
+  EXPECT_EQ(b->read_line(120000), "ok");
+  // One-sided: 32 MiB on b, written by a in 1 MiB writes, read back by c.
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 33554432 rw"));
+  ASSERT_FALSE(h.empty());
+  EXPECT_EQ(a->cmd("publish " + h + " ud.loss rw"), "ok");
+  std::string hc = ok_value(c->cmd("map ud.loss r"));
+  ASSERT_FALSE(hc.empty());
+  EXPECT_EQ(a->cmd("write_pat " + h + " 0 33554432 5 1048576", 120000), "ok");
+  EXPECT_EQ(c->cmd("check_pat " + hc + " 0 33554432 5 4194304", 120000), "ok");
 }
 
 }  // namespace

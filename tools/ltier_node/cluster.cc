@@ -125,6 +125,39 @@ std::string cmd_fill(lt_engine_t* e, Args& a) {
   return ok_or_err(LT_write(e, h, off, b.data(), len));
 }
 
+// write_pat and check_pat: pattern(LEN, SEED) in CHUNK-byte LT_writes and
+// LT_reads, every byte compared on the way back.
+std::string cmd_write_pat(lt_engine_t* e, Args& a) {
+  lt_lmr_t h = a.u64();
+  uint64_t off = a.u64(), len = a.u64(), seed = a.u64(), chunk = std::max<uint64_t>(1, a.u64());
+  if (len > (1u << 30)) return "err LT_ERR_INVAL";
+  const auto b = pattern(len, static_cast<unsigned>(seed));
+  for (uint64_t at = 0; at < len; at += chunk) {
+    if (int rc = LT_write(e, h, off + at, b.data() + at, std::min(chunk, len - at)); rc) {
+      return err(rc) + " at " + std::to_string(at);
+    }
+  }
+  return "ok";
+}
+
+std::string cmd_check_pat(lt_engine_t* e, Args& a) {
+  lt_lmr_t h = a.u64();
+  uint64_t off = a.u64(), len = a.u64(), seed = a.u64(), chunk = std::max<uint64_t>(1, a.u64());
+  if (len > (1u << 30)) return "err LT_ERR_INVAL";
+  const auto want = pattern(len, static_cast<unsigned>(seed));
+  std::vector<unsigned char> got(std::min(chunk, len));
+  for (uint64_t at = 0; at < len; at += chunk) {
+    const uint64_t n = std::min(chunk, len - at);
+    if (int rc = LT_read(e, h, off + at, got.data(), n); rc) {
+      return err(rc) + " at " + std::to_string(at);
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      if (got[i] != want[at + i]) return "err mismatch at " + std::to_string(at + i);
+    }
+  }
+  return "ok";
+}
+
 // read and sum: LT_read of H OFF LEN into *b. Returns the error answer, or
 // "" when the read worked.
 std::string read_region(lt_engine_t* e, Args& a, std::vector<unsigned char>* b) {

@@ -163,6 +163,8 @@ std::string cmd_publish(lt_engine_t* e, Args& a);
 std::string cmd_map(lt_engine_t* e, Args& a);
 std::string cmd_write(lt_engine_t* e, Args& a);
 std::string cmd_fill(lt_engine_t* e, Args& a);
+std::string cmd_write_pat(lt_engine_t* e, Args& a);
+std::string cmd_check_pat(lt_engine_t* e, Args& a);
 std::string cmd_read(lt_engine_t* e, Args& a);
 std::string cmd_sum(lt_engine_t* e, Args& a);
 std::string cmd_memset(lt_engine_t* e, Args& a);

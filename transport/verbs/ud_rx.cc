@@ -35,7 +35,9 @@ void UdTransport::post_recv(uint32_t idx) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
+  ++rx_posted_;
   if (int rc = ibv_post_srq_recv(dev_->srq(), &wr, &bad); rc != 0) {
+    --rx_posted_;
     LT_WARN("ud: a receive buffer could not be posted again: %s", std::strerror(rc));
   }
 }
@@ -68,6 +70,7 @@ size_t UdTransport::poll_recv(std::span<Completion> out, size_t n) {
 
 void UdTransport::on_datagram(const ibv_wc& wc, std::span<Completion> out, size_t* n) {
   const auto idx = static_cast<uint32_t>(wc.wr_id);
+  --rx_posted_;
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR) {
       LT_DEBUG("ud: a receive failed: %s", ibv_wc_status_str(wc.status));

@@ -79,6 +79,8 @@ class UdTransport final : public Transport {
   void report_send_done(uint64_t wr_id);
   /// `c` has datagrams waiting for slots or for room in the send queue.
   void note_backlog(UdConn* c);
+  /// Receive buffers posted now (for the log).
+  uint32_t rx_posted() const { return rx_posted_; }
   /// A connection needs the poller by `at_ns` (a retransmission timer).
   void need_timer(uint64_t at_ns);
 
@@ -158,6 +160,7 @@ class UdTransport final : public Transport {
   std::vector<std::unique_ptr<std::byte[]>> lent_msgs_;  // reassembled, until release_rx
   std::unique_ptr<ibv_wc[]> stash_;  // receive completions try_arm found
   int stash_n_ = 0;
+  uint32_t rx_posted_ = 0;  // the poller's
 
   // The poller's.
   std::deque<Completion> ready_;  // completions found while `out` was full

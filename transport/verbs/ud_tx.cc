@@ -20,6 +20,10 @@ namespace {
 // not look like loss), doubling on each expiry up to kMaxRtoNs.
 constexpr uint64_t kMinRtoNs = 2'000'000, kFirstRtoNs = 10'000'000, kMaxRtoNs = 200'000'000;
 
+// now - then, or 0 when `then` is later: another thread may have stamped it
+// after this one read the clock.
+uint64_t since(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
+
 uint32_t random_stream() {
   uint32_t s = 0;
   while (s == 0) randombytes_buf(&s, sizeof(s));
@@ -284,7 +288,7 @@ void UdConn::on_ack(uint32_t cum, uint64_t sack, uint64_t now) {
   while (una_ != cum) {
     Seg& s = segs_[una_ & (window_ - 1)];
     clean = clean && !s.resent && !s.sacked;
-    if (s.sent_ns != 0 && clean) sample = now - s.sent_ns;
+    if (s.sent_ns != 0 && clean) sample = std::max<uint64_t>(since(now, s.sent_ns), 1);
     t_->release_slot(s.slot);
     s = Seg{};
     ++una_;
@@ -328,7 +332,7 @@ uint64_t UdConn::on_timer(uint64_t now, uint64_t peer_timeout_ns, bool* lost) {
     progress_ns_ = now;  // nothing in flight: waiting for slots is no silence
     if (waiting_.empty()) return 0;
   }
-  if (now - progress_ns_ > peer_timeout_ns) {
+  if (since(now, progress_ns_) > peer_timeout_ns) {
     *lost = true;
     return 0;
   }
@@ -337,7 +341,7 @@ uint64_t UdConn::on_timer(uint64_t now, uint64_t peer_timeout_ns, bool* lost) {
   for (uint32_t s = una_; s != nxt_; ++s) {
     Seg& g = segs_[s & (window_ - 1)];
     if (g.sacked || g.sent_ns == 0) continue;
-    if (now - g.sent_ns >= rto_ns_) {
+    if (since(now, g.sent_ns) >= rto_ns_) {
       g.fast = false;
       want(s);
       resent = true;
@@ -346,9 +350,12 @@ uint64_t UdConn::on_timer(uint64_t now, uint64_t peer_timeout_ns, bool* lost) {
     }
   }
   if (resent) {
-    LT_DEBUG("ud: node %u: timeout %llu us, resending from %u to %u (srtt %llu us)", peer(),
-             static_cast<unsigned long long>(rto_ns_ / 1000), una_, nxt_,
-             static_cast<unsigned long long>(srtt_ns_ / 1000));
+    LT_DEBUG(
+        "ud: node %u: timeout %llu us, resending from %u to %u (srtt %llu us); its stream: "
+        "next %u, acked %u, held %u; receive buffers posted %u",
+        peer(), static_cast<unsigned long long>(rto_ns_ / 1000), una_, nxt_,
+        static_cast<unsigned long long>(srtt_ns_ / 1000), rx.next, acked_upto.load(),
+        rx.held_count, t_->rx_posted());
     rto_ns_ = std::min(rto_ns_ * 2, kMaxRtoNs);
     next = std::min(next, now + rto_ns_);
   }
