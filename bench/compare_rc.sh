@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# compare_rc.sh: ltier over rc side by side with perftest and ucx_perftest on the same
-# Soft-RoCE device, in ONE guest run. Run it inside the guest the test harness boots:
+# compare_rc.sh: ltier over rc and over ud side by side with perftest and ucx_perftest on
+# the same Soft-RoCE device, in ONE guest run. Run it inside the guest the test harness boots:
 #
 #   cd build && ../tests/rdma/rxe-guest --timeout 900 -- bash ../bench/compare_rc.sh [ROUNDS] [ITERS]
 #
 # Every round runs, 8-byte messages, in an order that alternates between rounds:
-#   perftest      ib_read_lat, ib_write_lat, ib_atomic_lat, ib_send_lat (half round trip)
+#   perftest      ib_read_lat, ib_write_lat, ib_atomic_lat, ib_send_lat, and ib_send_lat
+#                 -c UD (send_ud) (half round trip)
 #   ucx_perftest  UCT level over rc_verbs on rxe0:1 (-x rc_verbs -d rxe0:1): put_lat and
 #                 am_lat (half round trip), get and fadd (round trip). UCP level
 #                 (tag_lat) needs ud_verbs for its wire-up, whose endpoints time out under
 #                 TCG emulation, so the UCT tests stand in for it.
-#   ltier-perf    read, write, fetch_add, rpc, send (round trips), LTIER_TRANSPORTS=rc,tcp
+#                 am_lat over ud_verbs too (ud:am_lat), NA where it times out.
+#   ltier-perf    read, write, fetch_add, rpc, send (round trips), LTIER_TRANSPORTS=rc,tcp,
+#                 and again with LTIER_TRANSPORTS=ud,tcp (points ud:read, ...)
 # and prints one line per point, then the median of each point across rounds. Soft-RoCE
 # under TCG emulation measures software cost, not wire speed: compare within a run only.
 set -u -o pipefail
@@ -26,33 +29,36 @@ trap 'rm -rf "$RAW"' EXIT
 
 # perftest: the "t_typical" column of the result line (microseconds, half round trip).
 run_perftest() {
-  local t=$1
-  "ib_${t}_lat" -d rxe0 -x 1 -s 8 -n "$ITERS" >/dev/null 2>&1 &
+  local t=$1 mode=() name="ib_${1}_lat"
+  [[ $t == send_ud ]] && t=send && mode=(-c UD) && name=ib_send_lat_ud
+  "ib_${t}_lat" -d rxe0 -x 1 -s 8 -n "$ITERS" "${mode[@]}" >/dev/null 2>&1 &
   sleep 1
   local v
-  v=$(timeout 120 "ib_${t}_lat" -d rxe0 -x 1 -s 8 -n "$ITERS" "$IP" 2>&1 |
+  v=$(timeout 120 "ib_${t}_lat" -d rxe0 -x 1 -s 8 -n "$ITERS" "${mode[@]}" "$IP" 2>&1 |
     awk '$1 == 8 && NF >= 5 { print $5 }' | tail -1)
   wait
-  echo "perftest ib_${t}_lat ${v:-NA}"
+  echo "perftest $name ${v:-NA}"
 }
 
 # ucx_perftest: the typical latency (usec) of its final line.
 run_ucx() {
-  local t=$1 extra=()
+  local t=$1 extra=() tl=rc_verbs name=$1
   [[ $t == get ]] && extra=(-D bcopy)  # rc_verbs has no short get
+  [[ $t == ud:am_lat ]] && t=am_lat && tl=ud_verbs
   timeout 120 ucx_perftest -p 13337 >/dev/null 2>&1 &
   sleep 1
   local v
-  v=$(timeout 120 ucx_perftest "$IP" -p 13337 -x rc_verbs -d rxe0:1 -t "$t" "${extra[@]}" -s 8 -n "$ITERS" 2>&1 |
+  v=$(timeout 120 ucx_perftest "$IP" -p 13337 -x "$tl" -d rxe0:1 -t "$t" "${extra[@]}" -s 8 -n "$ITERS" 2>&1 |
     awk '/^ *Final:/ { print $3 }' | tail -1)
   wait
-  echo "ucx_perftest $t ${v:-NA}"
+  echo "ucx_perftest $name ${v:-NA}"
 }
 
 run_ltier() {
-  LTIER_TRANSPORTS=rc,tcp timeout 300 "$PERF" --ops read,write,fetch_add,rpc,send --sizes 8 \
+  local tp=$1 prefix=$2
+  LTIER_TRANSPORTS=$tp timeout 300 "$PERF" --ops read,write,fetch_add,rpc,send --sizes 8 \
     --iters "$ITERS" --warmup $((ITERS / 5)) 2>&1 |
-    awk '/^lat / { split($2, o, "="); split($5, p, "="); print "ltier-perf " o[2], p[2] }'
+    awk -v pre="$prefix" '/^lat / { split($2, o, "="); split($5, p, "="); print "ltier-perf " pre o[2], p[2] }'
 }
 
 have_ucx=1
@@ -62,9 +68,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
   ((r % 2 == 0)) && order=(ltier ucx perftest)
   for tool in "${order[@]}"; do
     case $tool in
-      perftest) for t in read write atomic send; do run_perftest $t; done ;;
-      ucx) ((have_ucx)) && for t in put_lat am_lat get fadd; do run_ucx $t; done ;;
-      ltier) run_ltier ;;
+      perftest) for t in read write atomic send send_ud; do run_perftest $t; done ;;
+      ucx) ((have_ucx)) && for t in put_lat am_lat get fadd ud:am_lat; do run_ucx $t; done ;;
+      ltier) run_ltier rc,tcp "" && run_ltier ud,tcp ud: ;;
     esac
   done | tee -a "$RAW/all" | sed "s/^/round $r: /"
 done

@@ -38,7 +38,8 @@ constexpr Command kCommands[] = {
      "[TIMEOUT_MS] -> ok KIND NODE [missed N] (LT_member_event; KIND up, down, expelled, "
      "manager_lost, rejoined; no timeout: look once)",
      cmd_event},
-    {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, rc, ud, tcp or self)", cmd_transport},
+    {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, rc, ud, tcp or self)",
+     cmd_transport},
     {"stats",
      "-> ok served=N malformed=N late=N ring_calls=N ring_replies=N "
      "NAME:conns=N,qps=N,spare=N,regs=N ... (LT_stats, one "

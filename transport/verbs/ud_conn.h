@@ -91,8 +91,8 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
 
   // --- receiving (ud_rx.cc; the poller's) ---
   struct Rx {
-    uint32_t stream = 0;  // the peer's stream; 0 until its kSyn
-    uint32_t next = 0;    // the next seq expected
+    uint32_t stream = 0;        // the peer's stream; 0 until its kSyn
+    uint32_t next = 0;          // the next seq expected
     std::vector<int32_t> held;  // early datagrams' receive buffers, by seq & mask; -1 none
     uint32_t held_count = 0;
     std::unique_ptr<std::byte[]> msg;  // a message being reassembled
@@ -100,9 +100,9 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
     bool in_msg = false;
     bool in_acks = false;  // listed for an acknowledgement after this poll
     bool closed = false;
-    bool ack_now = false;   // a duplicate or an early datagram: acknowledge at once
-    uint32_t unacked = 0;   // datagrams taken since the last acknowledgement
-    uint64_t ack_due = 0;   // a delayed acknowledgement is due then; 0: none
+    bool ack_now = false;  // a duplicate or an early datagram: acknowledge at once
+    uint32_t unacked = 0;  // datagrams taken since the last acknowledgement
+    uint64_t ack_due = 0;  // a delayed acknowledgement is due then; 0: none
   } rx;
   /// (stream << 32 | next) of the peer's stream, for senders to piggy-back.
   std::atomic<uint64_t> ack_word{0};
@@ -147,15 +147,16 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
   const size_t waiting_cap_;
 
   std::mutex tx_mu_;
-  std::vector<Seg> segs_;      // by seq & (window - 1)
+  std::vector<Seg> segs_;       // by seq & (window - 1)
   std::vector<uint32_t> want_;  // seqs to (re)send, a ring of 2 x window entries
   uint32_t want_head_ = 0, want_n_ = 0;
   uint32_t una_ = 0, nxt_ = 0;  // oldest unacknowledged, next to number
   std::deque<Waiting> waiting_;
   size_t waiting_bytes_ = 0;
   uint64_t srtt_ns_ = 0, rttvar_ns_ = 0, rto_ns_;
-  uint64_t progress_ns_ = 0;  // last sign of the peer while datagrams waited
+  uint64_t progress_ns_ = 0;   // last sign of the peer while datagrams waited
   bool need_backlog_ = false;  // waiting for slots: the poller pumps it
+  bool tx_closed_ = false;     // close_tx ran: nothing more is sent
 };
 
 }  // namespace lt::transport::verbs

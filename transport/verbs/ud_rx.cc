@@ -254,8 +254,8 @@ void UdTransport::deliver(const Completion& c, std::span<Completion> out, size_t
 
 void UdTransport::send_ack(UdConn& c, uint64_t now) {
   UdConn::Rx& r = c.rx;
-  const bool needed = r.ack_now || r.held_count != 0 ||
-                      c.acked_upto.load(std::memory_order_acquire) != r.next;
+  const bool needed =
+      r.ack_now || r.held_count != 0 || c.acked_upto.load(std::memory_order_acquire) != r.next;
   r.ack_now = false;
   r.unacked = 0;
   r.ack_due = 0;

@@ -158,7 +158,7 @@ class UdTransport final : public Transport {
   size_t rx_len_ = 0, rx_stride_ = 0;
   std::unique_ptr<Region> rx_region_;
   std::vector<std::unique_ptr<std::byte[]>> lent_msgs_;  // reassembled, until release_rx
-  std::unique_ptr<ibv_wc[]> stash_;  // receive completions try_arm found
+  std::unique_ptr<ibv_wc[]> stash_;                      // receive completions try_arm found
   int stash_n_ = 0;
   uint32_t rx_posted_ = 0;  // the poller's
 

@@ -134,7 +134,8 @@ bool UdConn::add_message(const WorkRequest& wr, uint32_t len) {
   std::span<const std::byte> part[2];
   slice(wr, 0, len, part);
   if (!part[0].empty()) std::memcpy(w.bytes.data(), part[0].data(), part[0].size());
-  if (!part[1].empty()) std::memcpy(w.bytes.data() + part[0].size(), part[1].data(), part[1].size());
+  if (!part[1].empty())
+    std::memcpy(w.bytes.data() + part[0].size(), part[1].data(), part[1].size());
   w.imm = imm;
   waiting_bytes_ += len;
   waiting_.push_back(std::move(w));
@@ -219,6 +220,7 @@ void UdConn::requeue(const UdSend* s, size_t n) {
 Result<size_t> UdConn::post(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire)) return Status(Code::kPeerDown);
   std::unique_lock<std::mutex> lock(tx_mu_);
+  if (tx_closed_) return Status(Code::kPeerDown);  // closed while this thread waited
   const bool busy_before = una_ != nxt_ || !waiting_.empty();
   Status err;
   size_t i = 0;
@@ -354,8 +356,8 @@ uint64_t UdConn::on_timer(uint64_t now, uint64_t peer_timeout_ns, bool* lost) {
         "ud: node %u: timeout %llu us, resending from %u to %u (srtt %llu us); its stream: "
         "next %u, acked %u, held %u; receive buffers posted %u",
         peer(), static_cast<unsigned long long>(rto_ns_ / 1000), una_, nxt_,
-        static_cast<unsigned long long>(srtt_ns_ / 1000), rx.next, acked_upto.load(),
-        rx.held_count, t_->rx_posted());
+        static_cast<unsigned long long>(srtt_ns_ / 1000), rx.next, acked_upto.load(), rx.held_count,
+        t_->rx_posted());
     rto_ns_ = std::min(rto_ns_ * 2, kMaxRtoNs);
     next = std::min(next, now + rto_ns_);
   }
@@ -373,6 +375,7 @@ void UdConn::pump() {
 
 void UdConn::close_tx() {
   std::lock_guard<std::mutex> g(tx_mu_);
+  tx_closed_ = true;
   for (; una_ != nxt_; ++una_) {
     Seg& s = segs_[una_ & (window_ - 1)];
     t_->release_slot(s.slot);

@@ -78,20 +78,23 @@ TEST(TransportSet, WithoutShmASameHostPeerGetsTcpAndSaysWhy) {
   EXPECT_STREQ(s.memory()->name(), "tcp");
 }
 
-// Where there is no RDMA device (or no libibverbs in the build), rc steps
-// aside: the default list joins over the others, rc alone joins nothing.
-TEST(TransportSet, RcStepsAsideWithoutADevice) {
+// Where there is no RDMA device (or no libibverbs in the build), rc and ud
+// step aside: the default list joins over the others, either alone joins
+// nothing.
+TEST(TransportSet, RcAndUdStepAsideWithoutADevice) {
   if (transport::make_rc_transport(local_config("rc"))) {
     GTEST_SKIP() << "this host has an RDMA device";
   }
   TransportSet s;
-  ASSERT_TRUE(s.build(local_config("shm,rc,tcp")).is_ok());
+  ASSERT_TRUE(s.build(local_config("shm,rc,ud,tcp")).is_ok());
   ASSERT_EQ(s.all().size(), 2u);
   EXPECT_STREQ(s.all()[0]->name(), "shm");
   EXPECT_STREQ(s.all()[1]->name(), "tcp");
   EXPECT_EQ(s.exporter(), nullptr);
-  TransportSet alone;
-  EXPECT_EQ(alone.build(local_config("rc")).code(), Code::kUnsupported);
+  for (const char* one : {"rc", "ud", "rc,ud"}) {
+    TransportSet alone;
+    EXPECT_EQ(alone.build(local_config(one)).code(), Code::kUnsupported) << one;
+  }
   EXPECT_EQ(Config().transports, "shm,rc,ud,tcp");
 }
 

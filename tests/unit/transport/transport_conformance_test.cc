@@ -42,9 +42,9 @@ class TransportConformance : public TransportHarness,
       EXPECT_EQ(r.status().code(), Code::kPeerDown);
       return;
     }
-    EXPECT_TRUE(pump_until(
-        [&] { return std::count(a_->lost.begin(), a_->lost.end(), node) > before; },
-        Deadline::after_ms(2 * kWaitMs)))
+    EXPECT_TRUE(
+        pump_until([&] { return std::count(a_->lost.begin(), a_->lost.end(), node) > before; },
+                   Deadline::after_ms(2 * kWaitMs)))
         << "no kPeerLost for node " << node;
     EXPECT_FALSE((*ep)->alive());
   }
@@ -1079,22 +1079,21 @@ TEST_P(TransportConformance, PlacedWritesInterleavedWithSendsKeepOrder) {
 #ifdef LTIER_CONFORMANCE_RC
 // Built into tests/rdma's binary, which runs where an RDMA device is (the
 // Soft-RoCE guest).
-INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance,
-                         ::testing::Values(TransportKind{"rc", &make_rc, &rc_peer},
-                                           TransportKind{"rc_small_ring", &make_rc_small_ring,
-                                                         &rc_peer, true},
-                                           TransportKind{"ud", &make_ud, &ud_peer},
-                                           TransportKind{"ud_lossy", &make_ud_lossy, &ud_peer,
-                                                         true}),
+INSTANTIATE_TEST_SUITE_P(
+    Transports, TransportConformance,
+    ::testing::Values(TransportKind{"rc", &make_rc, &rc_peer},
+                      TransportKind{"rc_small_ring", &make_rc_small_ring, &rc_peer, true},
+                      TransportKind{"ud", &make_ud, &ud_peer},
+                      TransportKind{"ud_lossy", &make_ud_lossy, &ud_peer, true}),
 #else
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformance,
     ::testing::Values(TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
                       TransportKind{"shm_small_ring", &make_shm_small_ring, &shm_peer, true}),
 #endif
-                         [](const ::testing::TestParamInfo<TransportKind>& info) {
-                           return std::string(info.param.name);
-                         });
+    [](const ::testing::TestParamInfo<TransportKind>& info) {
+      return std::string(info.param.name);
+    });
 
 // tcp only: what arrives on the listening port from something that is not an
 // ltier transport. "Receive X / Expect Y": a raw socket writes X; the
