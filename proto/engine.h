@@ -304,6 +304,7 @@ class Engine {
               bool reply, bool more = false);
   Status send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,
                       size_t dlen, bool more = false);
+  void drop_unsent(Request* r);
   Status post_one(NodeId p, transport::Endpoint* ep, const transport::WorkRequest& wr, Deadline d);
   void reply_status(NodeId to, uint64_t req_id, Status s);
 

@@ -187,17 +187,20 @@ Status Engine::send_request(Request* r, NodeId p, const void* hdr, size_t hlen, 
   // carries no happens-before edge that tools (TSan) can see.
   r->word.store(r->word.load(std::memory_order_relaxed), std::memory_order_release);
   Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false, more);
-  if (!s.is_ok()) {
-    // Not sent: nobody else can complete it. Claim it unless a peer-down
-    // sweep already did (then wait for its finish), then free it.
-    uint64_t w = r->word.load();
-    if (!(word_state(w) == kStPending &&
-          r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed))) {
-      while (!r->done()) cpu_relax();
-    }
-    release(r);
-  }
+  if (!s.is_ok()) drop_unsent(r);
   return s;
+}
+
+// A request whose message never left: nobody else can complete it. Claims
+// it unless a peer-down sweep already did (then waits for its finish), and
+// frees it.
+void Engine::drop_unsent(Request* r) {
+  uint64_t w = r->word.load();
+  if (!(word_state(w) == kStPending &&
+        r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed))) {
+    while (!r->done()) cpu_relax();
+  }
+  release(r);
 }
 
 void Engine::reply_status(NodeId to, uint64_t req_id, Status s) {

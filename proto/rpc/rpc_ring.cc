@@ -158,12 +158,7 @@ bool Engine::rpc_by_ring(Request* r, ReqId id, NodeId node, const RpcReq& q, con
   if (!s->is_ok()) {
     o->slot_req[slot].store(0, std::memory_order_relaxed);
     o->give(slot);
-    uint64_t w = r->word.load();
-    if (!(word_state(w) == kStPending &&
-          r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed))) {
-      while (!r->done()) cpu_relax();
-    }
-    release(r);
+    drop_unsent(r);
   }
   return true;
 }
