@@ -82,6 +82,8 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
   /// Returns when it next needs the poller (0: never); *lost when the peer
   /// gave no sign for `peer_timeout_ns` while datagrams waited.
   uint64_t on_timer(uint64_t now, uint64_t peer_timeout_ns, bool* lost);
+  /// When on_timer next has work (0: never), without doing any.
+  uint64_t tx_deadline(uint64_t now, uint64_t peer_timeout_ns);
   /// Sends what waits for slots, the window or the device's send queue.
   void pump();
   /// Posts that the device did not take: they go again with the next pump.

@@ -427,13 +427,38 @@ void UdTransport::handle_events() {
   }
 }
 
+// Before the poller sleeps the timer is made exact: a delayed
+// acknowledgement that a datagram going back carried is dropped, and a
+// connection with nothing in flight needs no retransmission timer, so a
+// ping-pong sleeps without a wake-up per message.
+void UdTransport::settle_timer(uint64_t now) {
+  next_timer_ns_.store(UINT64_MAX, std::memory_order_release);
+  const uint64_t timeout = uint64_t{config_.ud_peer_timeout_ms} * 1'000'000;
+  uint64_t next = UINT64_MAX;
+  for (const auto& sp : conns_.snapshot()) {
+    UdConn::Rx& r = sp->rx;
+    if (r.closed) continue;
+    if (r.ack_due != 0 && !r.ack_now && r.held_count == 0 &&
+        sp->acked_upto.load(std::memory_order_acquire) == r.next) {
+      r.ack_due = 0;
+      r.unacked = 0;
+    }
+    if (r.ack_due != 0) next = std::min(next, r.ack_due);
+    if (const uint64_t t = sp->tx_deadline(now, timeout); t != 0) next = std::min(next, t);
+  }
+  lower_to(next_timer_ns_, next);
+}
+
 // Going to sleep: arm the CQs and the timer, then look once more (a
 // completion that came before the arming raises no event).
 void UdTransport::try_arm() {
   if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
   drain(awake_fd_.get());
+  settle_timer(now_ns());
   armed_.store(true, std::memory_order_seq_cst);
-  dev_->arm();
+  // Send completions only free slots and send-queue room, which a poster
+  // short of either asks the poller for (note_backlog): no wake-up per send.
+  dev_->arm_recv();
   // A connection may lower the timer while it is set: set it until it holds.
   for (uint64_t set = 0;;) {
     const uint64_t t = next_timer_ns_.load(std::memory_order_acquire);

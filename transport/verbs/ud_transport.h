@@ -13,7 +13,8 @@
 // Memory: registered send slots of one MTU shared by all peers
 // (verbs.ud_send_slots), and verbs.ud_recv_buffers receive buffers in a
 // shared receive queue. Wake-ups follow rc's pattern, with a timerfd in the
-// wait set for retransmissions and delayed acknowledgements.
+// wait set for retransmissions and delayed acknowledgements, and only the
+// receive CQ armed (send completions are reaped when the poller runs).
 #pragma once
 
 #include <atomic>
@@ -118,6 +119,7 @@ class UdTransport final : public Transport {
   void try_arm();
   void kick();
   void set_timerfd(uint64_t at_ns);
+  void settle_timer(uint64_t now);
   void lower_to_timer(uint64_t at_ns);
 
   VerbsConfig config_;

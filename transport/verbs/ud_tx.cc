@@ -367,6 +367,18 @@ uint64_t UdConn::on_timer(uint64_t now, uint64_t peer_timeout_ns, bool* lost) {
   return next;
 }
 
+uint64_t UdConn::tx_deadline(uint64_t now, uint64_t peer_timeout_ns) {
+  std::lock_guard<std::mutex> g(tx_mu_);
+  if (una_ == nxt_ && waiting_.empty()) return 0;
+  uint64_t next = progress_ns_ + peer_timeout_ns;
+  for (uint32_t s = una_; s != nxt_; ++s) {
+    const Seg& seg = segs_[s & (window_ - 1)];
+    if (!seg.sacked && seg.sent_ns != 0) next = std::min(next, seg.sent_ns + rto_ns_);
+  }
+  if (!waiting_.empty() || want_n_ > 0) next = std::min(next, now + kMinRtoNs);
+  return next;
+}
+
 void UdConn::pump() {
   std::unique_lock<std::mutex> lock(tx_mu_);
   fill_locked();

@@ -100,6 +100,8 @@ bool VerbsDevice::arm() {
   return ok;
 }
 
+bool VerbsDevice::arm_recv() { return ibv_req_notify_cq(recv_cq(), 0) == 0; }
+
 int VerbsDevice::channel_fd() const { return channel_->fd; }
 
 bool VerbsDevice::drain_events() {

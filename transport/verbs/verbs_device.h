@@ -65,6 +65,9 @@ class VerbsDevice {
   /// come before the arming), and only if that finds none, block() until the
   /// channel fires or timeout_ms passes (false).
   bool arm();
+  /// Arms the receive CQ only: a sender that reaps its completions when it
+  /// next polls anyway need not be woken for them.
+  bool arm_recv();
   bool block(int timeout_ms);
 
  private:
