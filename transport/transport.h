@@ -61,6 +61,11 @@ struct Caps {  // read once per peer; values the device granted
   /// and honours the guard (see kWrGuard). Without it the guard flag is
   /// ignored: the caller reads the guard word first and checks it itself.
   bool guarded_reads = false;
+  /// A post of [kWrite, kFetchAdd or kCmpSwap; then an 8-byte kRead flagged
+  /// kWrGuard] does the op and then reads the guard word, in one round trip
+  /// and in that order at the target (see kWrGuard). Without it the caller
+  /// reads the guard word first and starts the op only when it matched.
+  bool guard_after = false;
   /// Nonzero: kWriteImm of up to this many bytes is posted like a message
   /// (rc: one WRITE_WITH_IMM): copied or inline, refused for back-pressure
   /// or queued (kWrMustQueue) as a kSend is, and as cheap as one. proto
@@ -114,12 +119,26 @@ inline constexpr uint8_t kWrMustQueue = 2;
 // message and send it with the next post without the flag, or at flush():
 // one system call for the batch. Ignored where it does not help.
 inline constexpr uint8_t kWrMore = 4;
-// WorkRequest::flags on an 8-byte kRead (with Caps::guarded_reads): the word
-// read must equal `compare`. Posted first in one post with one more kRead,
-// the two are read together; when the word differs the post fails with
-// kBadHandle and the second read's destinations are left untouched (what was
-// read there may belong to memory reused since: it never reaches them).
+// WorkRequest::flags on an 8-byte kRead: the word read must equal `compare`.
+//  - Posted first in one post with one more kRead (Caps::guarded_reads):
+//    the two are read together; when the word differs the post fails with
+//    kBadHandle and the second read's destinations are left untouched (what
+//    was read there may belong to memory reused since: it never reaches
+//    them).
+//  - Posted second, after one kWrite, kFetchAdd or kCmpSwap
+//    (Caps::guard_after): the op is done first and the word read after it;
+//    when the word differs the post fails with kBadHandle, but the op has
+//    happened. The caller may post this only where the op cannot reach
+//    memory reused since (proto: the word matched moments ago and the owner
+//    keeps freed memory out of use for longer).
 inline constexpr uint8_t kWrGuard = 8;
+/// How recently a guard word must have matched for proto to post an op with
+/// its guard after it (Caps::guard_after). A transport with guard_after
+/// keeps freed memory out of use for at least a second, and an op it posted
+/// reaches the target or fails within its retry time (rc: 7 retries of a
+/// 67 ms ACK timeout, about half a second), so such an op never lands in
+/// memory reused since the guard matched.
+inline constexpr uint64_t kGuardFreshNs = 100'000'000;
 inline constexpr int kMaxSge = 2;
 
 /// Trivially copyable, preallocated by the caller. By op:

@@ -30,14 +30,15 @@ class HandleTable {
   Status get(LmrHandle h, std::shared_ptr<Mapping>* out) const { return table_.get(h, out); }
   Status erase(LmrHandle h) { return table_.erase(h, nullptr); }
 
-  /// A copy of the handle's mapping once `need` rights and [off, off + len)
-  /// check out: kBadHandle, kPerm, kOutOfBounds.
-  Status check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, Mapping* m) const {
+  /// The handle's mapping once `need` rights and [off, off + len) check
+  /// out: kBadHandle, kPerm, kOutOfBounds.
+  Status check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len,
+               std::shared_ptr<const Mapping>* m) const {
     std::shared_ptr<Mapping> p;
     LT_RETURN_IF_ERROR(table_.get(h, &p));
     if ((p->rights & need) != need) return Code::kPerm;
     if (off > p->size || len > p->size - off) return Code::kOutOfBounds;
-    *m = *p;
+    *m = std::move(p);
     return Status::ok();
   }
 

@@ -25,6 +25,17 @@ inline uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) {
   return siphash24(secret, in, sizeof(in));
 }
 
+/// A time several threads may set; a copy takes the value.
+struct Stamp {
+  std::atomic<uint64_t> ns{0};
+  Stamp() = default;
+  Stamp(const Stamp& o) : ns(o.ns.load(std::memory_order_relaxed)) {}
+  Stamp& operator=(const Stamp& o) {
+    ns.store(o.ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return *this;
+  }
+};
+
 /// A handle this process holds: where the LMR lives and the capability that
 /// lets this node use it.
 struct Mapping {
@@ -39,6 +50,9 @@ struct Mapping {
   uint64_t rkeys[2] = {0, 0};
   bool master = false;
   SipKey secret;  // master only: mints capabilities for mappers
+  /// When (now_ns, this node's clock) a native op last found the LMR's
+  /// liveness word holding `key`, read at or after that time: rma/native.cc.
+  mutable Stamp alive_seen;
 
   /// What a request to the owner names the LMR by.
   LmrRef ref() const { return LmrRef{key, cap, rights, 0}; }

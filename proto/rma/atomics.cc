@@ -46,18 +46,18 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
 bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand,
                         uint64_t compare, uint64_t* old, Status* s) {
   if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
-  Mapping m;
+  std::shared_ptr<const Mapping> m;
   *s = client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m);
   if (!s->is_ok()) return true;
   if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
-  return atomic_now_on(m, off, fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap,
+  return atomic_now_on(*m, off, fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap,
                        operand, compare, old, s);
 }
 
 Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
                                    uint64_t compare, uint64_t* old) {
   if (old == nullptr) return Code::kInvalidArg;
-  Mapping m;
+  std::shared_ptr<const Mapping> m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m));
   if (off % sizeof(uint64_t) != 0) return Code::kAlign;
   // The slot first: an atomic done at once must not be followed by a
@@ -65,15 +65,15 @@ Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, u
   ReqId id = 0;
   auto r = alloc_request(ReqKind::kAtomic, 0, &id);
   if (!r) return r.status();
-  if (Status s; atomic_now_on(m, off, kind, operand, compare, old, &s)) {
+  if (Status s; atomic_now_on(*m, off, kind, operand, compare, old, &s)) {
     return finish_now(*r, id, s);
   }
-  (*r)->peer.store(m.owner);
+  (*r)->peer.store(m->owner);
   (*r)->out = reinterpret_cast<std::byte*>(old);
   (*r)->out_len = sizeof(uint64_t);
-  AtomicReq q{make_header(MsgOp::kAtomicReq, id), m.ref(), off, operand, compare,
+  AtomicReq q{make_header(MsgOp::kAtomicReq, id), m->ref(), off, operand, compare,
               static_cast<uint32_t>(kind),        0};
-  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), nullptr, 0));
+  LT_RETURN_IF_ERROR(send_request(*r, m->owner, &q, sizeof(q), nullptr, 0));
   return id;
 }
 

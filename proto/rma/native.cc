@@ -30,29 +30,46 @@ bool Engine::native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey) 
 }
 
 // One native op on a peer's LMR (rights and bounds were checked against the
-// handle): first the LMR's liveness word, so an op on a freed LMR fails
-// with kBadHandle as it would at the owner, then the op itself. A read goes
-// with its check in one round trip where the transport can guard it
-// (Caps::guarded_reads); a write or an atomic must not start before the
-// check passed, so it pays the check's round trip first.
+// handle), with a check of the LMR's liveness word, so an op on a freed LMR
+// fails with kBadHandle as it would at the owner:
+//  - a read goes with its check in one round trip where the transport can
+//    guard it (Caps::guarded_reads): the data reaches the caller only when
+//    the word matched;
+//  - a write or an atomic goes with its check after it, in one round trip
+//    (Caps::guard_after), when the word matched less than kGuardFreshNs
+//    ago: the owner keeps freed memory out of use for longer than that plus
+//    the op's delivery time, so the op lands in this LMR or in its freed,
+//    unused memory, and the check tells which;
+//  - otherwise the check goes first and the op only when it matched.
+// Every matching check stamps the mapping with the time it was posted.
 Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
                          const WorkRequest& wr) {
   uint64_t alive = 0;
   WorkRequest pair[2];
-  WorkRequest& chk = pair[0];
+  WorkRequest chk;
   chk.op = transport::Op::kRead;
   chk.num_sge = 1;
   chk.sge[0] = {reinterpret_cast<std::byte*>(&alive), sizeof(alive), 0};
   chk.remote = {alive_offset(m.size), rkey};
+  chk.compare = m.key;
   const transport::Transport* via = peers_.via(m.owner);
-  if (wr.op == transport::Op::kRead && via != nullptr && via->caps().guarded_reads) {
+  const transport::Caps none;
+  const transport::Caps& caps = via != nullptr ? via->caps() : none;
+  const uint64_t posted = now_ns();
+  const bool read = wr.op == transport::Op::kRead;
+  if ((read && caps.guarded_reads) ||
+      (!read && caps.guard_after &&
+       posted - m.alive_seen.ns.load(std::memory_order_relaxed) < transport::kGuardFreshNs)) {
     chk.flags = transport::kWrGuard;
-    chk.compare = m.key;
-    pair[1] = wr;
-    return post_checked(m.owner, ep, std::span<const WorkRequest>(pair, 2));
+    pair[read ? 0 : 1] = chk;
+    pair[read ? 1 : 0] = wr;
+    LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(pair, 2)));
+    m.alive_seen.ns.store(posted, std::memory_order_relaxed);
+    return Status::ok();
   }
   LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(&chk, 1)));
   if (alive != m.key) return Code::kBadHandle;
+  m.alive_seen.ns.store(posted, std::memory_order_relaxed);
   return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
 }
 

@@ -41,27 +41,27 @@ bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf
 
 bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
   if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
-  Mapping m;
+  std::shared_ptr<const Mapping> m;
   *s = client_.handles.check(h, kRightRead, off, len, &m);
   if (!s->is_ok()) return true;
   if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
   if (len == 0) return true;
-  return copy_now(m, false, off, static_cast<std::byte*>(buf), len, s);
+  return copy_now(*m, false, off, static_cast<std::byte*>(buf), len, s);
 }
 
 bool Engine::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
   if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
-  Mapping m;
+  std::shared_ptr<const Mapping> m;
   *s = client_.handles.check(h, kRightWrite, off, len, &m);
   if (!s->is_ok()) return true;
   if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
   if (len == 0) return true;
   // Written from, never to: the cast only shares copy_now with reads.
-  return copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, s);
+  return copy_now(*m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, s);
 }
 
 Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
-  Mapping m;
+  std::shared_ptr<const Mapping> m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightRead, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
@@ -69,52 +69,52 @@ Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t 
   ReqId id = 0;
   auto r = alloc_request(ReqKind::kRead, 0, &id);
   if (!r) return r.status();
-  if (Status s; copy_now(m, false, off, static_cast<std::byte*>(buf), len, &s)) {
+  if (Status s; copy_now(*m, false, off, static_cast<std::byte*>(buf), len, &s)) {
     return finish_now(*r, id, s);
   }
   if (len > max_payload_ - sizeof(MsgHeader)) return drop_unsent(*r, Code::kInvalidArg);
-  (*r)->peer.store(m.owner);
+  (*r)->peer.store(m->owner);
   (*r)->out = static_cast<std::byte*>(buf);
   (*r)->out_len = len;
-  RangeReq q{make_header(MsgOp::kReadReq, id), m.ref(), off, len, 0, 0};
-  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), nullptr, 0));
+  RangeReq q{make_header(MsgOp::kReadReq, id), m->ref(), off, len, 0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, m->owner, &q, sizeof(q), nullptr, 0));
   return id;
 }
 
 Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, uint64_t len) {
-  Mapping m;
+  std::shared_ptr<const Mapping> m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
   ReqId id = 0;
   auto r = alloc_request(ReqKind::kPlain, 0, &id);
   if (!r) return r.status();
-  if (Status s; copy_now(m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, &s)) {
+  if (Status s; copy_now(*m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, &s)) {
     return finish_now(*r, id, s);
   }
   if (len > max_payload_ - sizeof(RangeReq)) return drop_unsent(*r, Code::kInvalidArg);
-  (*r)->peer.store(m.owner);
-  RangeReq q{make_header(MsgOp::kWriteReq, id), m.ref(), off, len, 0, 0};
-  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), buf, len));
+  (*r)->peer.store(m->owner);
+  RangeReq q{make_header(MsgOp::kWriteReq, id), m->ref(), off, len, 0, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, m->owner, &q, sizeof(q), buf, len));
   return id;
 }
 
 Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint64_t len) {
-  Mapping m;
+  std::shared_ptr<const Mapping> m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
   if (len == 0) return done_request(Status::ok());
   ReqId id = 0;
   auto r = alloc_request(ReqKind::kPlain, 0, &id);
   if (!r) return r.status();
-  if (m.owner == self()) {
-    return finish_now(*r, id, lmrs_.with_checked(m.ref(), kRightWrite, off, len, [&](LocalLmr& l) {
+  if (m->owner == self()) {
+    return finish_now(*r, id, lmrs_.with_checked(m->ref(), kRightWrite, off, len, [&](LocalLmr& l) {
       lmr_fill(l.mem + off, value, len);
       return Status::ok();
     }));
   }
-  (*r)->peer.store(m.owner);
-  RangeReq q{make_header(MsgOp::kMemsetReq, id), m.ref(), off, len, value, 0};
-  LT_RETURN_IF_ERROR(send_request(*r, m.owner, &q, sizeof(q), nullptr, 0));
+  (*r)->peer.store(m->owner);
+  RangeReq q{make_header(MsgOp::kMemsetReq, id), m->ref(), off, len, value, 0};
+  LT_RETURN_IF_ERROR(send_request(*r, m->owner, &q, sizeof(q), nullptr, 0));
   return id;
 }
 
@@ -130,26 +130,26 @@ Status Engine::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src,
 
 Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
                                    uint64_t len) {
-  Mapping d, s;
+  std::shared_ptr<const Mapping> d, s;
   LT_RETURN_IF_ERROR(client_.handles.check(dst, kRightWrite, dst_off, len, &d));
   LT_RETURN_IF_ERROR(client_.handles.check(src, kRightRead, src_off, len, &s));
   if (len == 0) return done_request(Status::ok());
-  if (d.owner == s.owner && d.owner == self()) {
+  if (d->owner == s->owner && d->owner == self()) {
     ReqId id = 0;
     auto r = alloc_request(ReqKind::kPlain, 0, &id);
     if (!r) return r.status();
-    return finish_now(*r, id, local_copy(d, dst_off, s, src_off, len));
+    return finish_now(*r, id, local_copy(*d, dst_off, *s, src_off, len));
   }
-  if (d.owner == s.owner) {  // both on one other node: it copies
+  if (d->owner == s->owner) {  // both on one other node: it copies
     ReqId id = 0;
-    auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
+    auto r = alloc_request(ReqKind::kPlain, d->owner, &id);
     if (!r) return r.status();
-    MemcpyReq q{make_header(MsgOp::kMemcpyReq, id), d.ref(), s.ref(), dst_off, src_off, len};
-    LT_RETURN_IF_ERROR(send_request(*r, d.owner, &q, sizeof(q), nullptr, 0));
+    MemcpyReq q{make_header(MsgOp::kMemcpyReq, id), d->ref(), s->ref(), dst_off, src_off, len};
+    LT_RETURN_IF_ERROR(send_request(*r, d->owner, &q, sizeof(q), nullptr, 0));
     return id;
   }
   if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
-  return memcpy_remote(d, dst_off, s, src_off, len);
+  return memcpy_remote(*d, dst_off, *s, src_off, len);
 }
 
 // A memcpy between two nodes: from here, one write carries the source to

@@ -3,6 +3,9 @@
 // read, when it differs the post fails with BAD_HANDLE and the guarded
 // read's destination keeps what it held. Both sizes: one that fits the
 // bounce buffer (one round trip) and one that does not (the guard first).
+// The other order (Caps::guard_after): a write or an atomic and then the
+// guard word, which is read after the op landed; a mismatch is BAD_HANDLE
+// with the op done.
 #include "transport_harness.h"
 
 namespace lt::transport::test {
@@ -30,6 +33,14 @@ class RcGuard : public TransportHarness {
         rdma_wr(Op::kRead, 2, dst, len, 0, mem_.rkey)};
     wrs[0].flags = kWrGuard;
     wrs[0].compare = expect;
+    return ab_->post(wrs);
+  }
+  // [op, guard on the word expecting `expect`]
+  Result<size_t> guard_after(const WorkRequest& op, uint64_t expect, uint64_t* word) {
+    std::vector<WorkRequest> wrs{
+        op, rdma_wr(Op::kRead, 2, reinterpret_cast<std::byte*>(word), 8, kLen - 8, mem_.rkey)};
+    wrs[1].flags = kWrGuard;
+    wrs[1].compare = expect;
     return ab_->post(wrs);
   }
   static constexpr size_t kLen = 1u << 20;  // larger than the bounce buffer
@@ -60,6 +71,50 @@ TEST_F(RcGuard, MismatchLeavesTheDestinationUntouched) {
     EXPECT_EQ(back, std::vector<std::byte>(len, std::byte{0xab})) << len;
     EXPECT_TRUE(ab_->alive());
   }
+}
+
+TEST_F(RcGuard, WriteThenGuardWritesAndReportsTheWord) {
+  ASSERT_TRUE(a_->t->caps().guard_after);
+  uint8_t seed = 10;
+  for (size_t len : {size_t{8}, size_t{4096}, kLen - 8}) {
+    for (uint64_t expect : {kWord, kWord + 1}) {
+      auto data = pattern(len, seed++);
+      uint64_t word = 0;
+      auto r = guard_after(rdma_wr(Op::kWrite, 1, data.data(), len, 0, mem_.rkey), expect, &word);
+      if (expect == kWord) {
+        ASSERT_TRUE(r.is_ok()) << len << ": " << r.status().name();
+        EXPECT_EQ(*r, 2u);
+      } else {
+        ASSERT_FALSE(r.is_ok()) << len;
+        EXPECT_EQ(r.status().code(), Code::kBadHandle) << len;
+      }
+      EXPECT_EQ(word, kWord) << len;
+      // Either way the write was done before the word was read.
+      EXPECT_EQ(std::memcmp(mem_.addr, data.data(), len), 0) << len;
+      EXPECT_TRUE(ab_->alive());
+    }
+  }
+}
+
+TEST_F(RcGuard, AtomicsThenGuardReturnTheOldValue) {
+  uint64_t start = 5;
+  std::memcpy(mem_.addr + 64, &start, 8);
+  uint64_t old = 0, word = 0;
+  auto r = guard_after(atomic_wr(Op::kFetchAdd, &old, 64, mem_.rkey, 0, 3), kWord, &word);
+  ASSERT_TRUE(r.is_ok()) << r.status().name();
+  EXPECT_EQ(old, 5u);
+  r = guard_after(atomic_wr(Op::kCmpSwap, &old, 64, mem_.rkey, 8, 100), kWord + 1, &word);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kBadHandle);
+  EXPECT_EQ(old, 8u);  // done before the word was read
+  EXPECT_EQ(word, kWord);
+  uint64_t now = 0;
+  std::memcpy(&now, mem_.addr + 64, 8);
+  EXPECT_EQ(now, 100u);
+  r = guard_after(atomic_wr(Op::kFetchAdd, &old, 60, mem_.rkey, 0, 1), kWord, &word);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), Code::kAlign);
+  EXPECT_TRUE(ab_->alive());
 }
 
 TEST_F(RcGuard, GuardOutsideTheRegionIsRefusedAtPost) {

@@ -275,39 +275,44 @@ Status Channel::wait_for(uint32_t seq) {
   }
 }
 
+// Fills `s` (and `sge`) for one one-sided request of `len` bytes at remote
+// offset `roff` from/to `local` (lkey).
+Status Channel::fill_wr(const WorkRequest& wr, uint64_t roff, uint64_t local, uint32_t lkey,
+                        uint32_t len, ibv_sge* sge, ibv_send_wr* s) {
+  uint32_t rkey = 0;
+  uint64_t raddr = 0;
+  if (!decode_rkey(wr.remote.rkey, roff, len, &rkey, &raddr)) return Code::kOutOfBounds;
+  *sge = ibv_sge{local, len, lkey};
+  *s = ibv_send_wr{};
+  s->sg_list = len != 0 ? sge : nullptr;
+  s->num_sge = len != 0 ? 1 : 0;
+  switch (wr.op) {
+    case Op::kRead:
+    case Op::kWrite:
+      s->opcode = wr.op == Op::kRead ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+      s->wr.rdma.remote_addr = raddr;
+      s->wr.rdma.rkey = rkey;
+      return Status::ok();
+    case Op::kFetchAdd:
+    case Op::kCmpSwap:
+      s->opcode = wr.op == Op::kFetchAdd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+      s->wr.atomic.remote_addr = raddr;
+      s->wr.atomic.rkey = rkey;
+      s->wr.atomic.compare_add = wr.op == Op::kFetchAdd ? wr.operand : wr.compare;
+      s->wr.atomic.swap = wr.operand;
+      return Status::ok();
+    default:
+      return Code::kUnsupported;
+  }
+}
+
 // One signaled one-sided request of `len` bytes at remote offset `roff`
 // from/to `local` (lkey). Waits for it.
 Status Channel::execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t local, uint32_t lkey,
                               uint32_t len) {
-  uint32_t rkey = 0;
-  uint64_t raddr = 0;
-  if (!decode_rkey(wr.remote.rkey, roff, len, &rkey, &raddr)) return Code::kOutOfBounds;
-  ibv_sge sge{local, len, lkey};
-  ibv_send_wr s{};
-  s.sg_list = len != 0 ? &sge : nullptr;
-  s.num_sge = len != 0 ? 1 : 0;
-  switch (wr.op) {
-    case Op::kRead:
-      s.opcode = IBV_WR_RDMA_READ;
-      break;
-    case Op::kWrite:
-      s.opcode = IBV_WR_RDMA_WRITE;
-      break;
-    case Op::kFetchAdd:
-    case Op::kCmpSwap:
-      s.opcode = wr.op == Op::kFetchAdd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
-      s.wr.atomic.remote_addr = raddr;
-      s.wr.atomic.rkey = rkey;
-      s.wr.atomic.compare_add = wr.op == Op::kFetchAdd ? wr.operand : wr.compare;
-      s.wr.atomic.swap = wr.operand;
-      break;
-    default:
-      return Code::kUnsupported;
-  }
-  if (wr.op != Op::kFetchAdd && wr.op != Op::kCmpSwap) {
-    s.wr.rdma.remote_addr = raddr;
-    s.wr.rdma.rkey = rkey;
-  }
+  ibv_sge sge;
+  ibv_send_wr s;
+  LT_RETURN_IF_ERROR(fill_wr(wr, roff, local, lkey, len, &sge, &s));
   return post_and_wait(&s, 1);
 }
 
@@ -392,6 +397,65 @@ Status Channel::execute_guarded(const WorkRequest& guard, const WorkRequest& rd)
     src += rd.sge[i].len;
   }
   return Status::ok();
+}
+
+// An op and then its guard word (transport.h kWrGuard, Caps::guard_after):
+// chained, one doorbell, one round trip; RC executes them in order at the
+// target, so the word is read after the op landed. The word, an atomic's
+// result and an unregistered write's data go through the bounce buffer; an
+// op too large for it is done first and the word read after it.
+Status Channel::execute_guard_after(const WorkRequest& op, const WorkRequest& guard) {
+  const bool atomic = op.op == Op::kFetchAdd || op.op == Op::kCmpSwap;
+  if (guard.op != Op::kRead || guard.num_sge != 1 || guard.sge[0].len != 8 ||
+      (!atomic && op.op != Op::kWrite) || op.num_sge < 1) {
+    return Code::kInvalidArg;
+  }
+  uint64_t total = 0;
+  for (int i = 0; i < op.num_sge; ++i) total += op.sge[i].len;
+  if (atomic) {
+    if (op.sge[0].len < 8) return Code::kInvalidArg;
+    if (op.remote.addr % 8 != 0) return Code::kAlign;
+    total = 8;
+  }
+  uint64_t word = 0;
+  if (total + 8 > bounce_.len || total == 0) {
+    LT_RETURN_IF_ERROR(execute(op));
+    LT_RETURN_IF_ERROR(execute(guard));
+    std::memcpy(&word, guard.sge[0].addr, 8);
+    return word == guard.compare ? Status::ok() : Status(Code::kBadHandle);
+  }
+  std::lock_guard<std::mutex> g(bounce_mu_);
+  std::byte* data = bounce_.addr + 8;
+  uint64_t laddr = reinterpret_cast<uint64_t>(data);
+  uint32_t lkey = bounce_.lkey;
+  if (op.op == Op::kWrite) {
+    // Registered memory is written from in place (see execute), the rest
+    // copied into the bounce buffer.
+    uint64_t at = reinterpret_cast<uint64_t>(op.sge[0].addr);
+    const uint32_t k =
+        op.num_sge == 1 ? t_->pools().lkey_of(op.sge[0].addr, op.sge[0].len, &at) : 0;
+    if (k != 0) {
+      laddr = at;
+      lkey = k;
+    } else {
+      std::byte* to = data;
+      for (int i = 0; i < op.num_sge; ++i) {
+        if (op.sge[i].len != 0) std::memcpy(to, op.sge[i].addr, op.sge[i].len);
+        to += op.sge[i].len;
+      }
+    }
+  }
+  ibv_sge sge[2];
+  ibv_send_wr chain[2];
+  LT_RETURN_IF_ERROR(
+      fill_wr(op, op.remote.addr, laddr, lkey, static_cast<uint32_t>(total), &sge[0], &chain[0]));
+  LT_RETURN_IF_ERROR(fill_wr(guard, guard.remote.addr, reinterpret_cast<uint64_t>(bounce_.addr),
+                             bounce_.lkey, 8, &sge[1], &chain[1]));
+  LT_RETURN_IF_ERROR(post_and_wait(chain, 2));
+  if (atomic) std::memcpy(const_cast<std::byte*>(op.sge[0].addr), data, 8);
+  std::memcpy(&word, bounce_.addr, 8);
+  std::memcpy(const_cast<std::byte*>(guard.sge[0].addr), bounce_.addr, 8);
+  return word == guard.compare ? Status::ok() : Status(Code::kBadHandle);
 }
 
 Status Channel::execute(const WorkRequest& wr) {

@@ -10,8 +10,9 @@
 //    waits in a backlog, copied, that the poller pumps as completions free
 //    room; later messages queue behind it, so the order holds;
 //  - one-sided ops (READ, WRITE, atomics) are done when execute() returns:
-//    the caller posts one signaled work request (a guarded read: two,
-//    chained), then polls the send CQ itself until its completion comes.
+//    the caller posts one signaled work request (a guarded read, or an op
+//    and the guard read after it: two, chained), then polls the send CQ
+//    itself until its completion comes.
 //    Local buffers in registered memory are used in place; others go through
 //    the channel's bounce buffer;
 //  - selective signaling: a message is signaled when the caller asks, or
@@ -42,6 +43,7 @@
 
 struct ibv_wc;
 struct ibv_send_wr;
+struct ibv_sge;
 
 namespace lt::transport::verbs {
 
@@ -79,6 +81,9 @@ class Channel {
   Status execute(const WorkRequest& wr);
   /// A kWrGuard read and the read it guards (transport.h), done when this returns.
   Status execute_guarded(const WorkRequest& guard, const WorkRequest& rd);
+  /// A write or an atomic and then its kWrGuard word (transport.h), done
+  /// when this returns.
+  Status execute_guard_after(const WorkRequest& op, const WorkRequest& guard);
   /// Called with the transport's send-CQ lock held.
   void on_completion(const ibv_wc& wc);
   /// The poller: post what the backlog holds while there is room.
@@ -132,6 +137,8 @@ class Channel {
   bool pump_locked();
   Status wait_for(uint32_t seq);
   Status post_and_wait(ibv_send_wr* chain, uint32_t n);
+  Status fill_wr(const WorkRequest& wr, uint64_t roff, uint64_t local, uint32_t lkey, uint32_t len,
+                 ibv_sge* sge, ibv_send_wr* s);
   Status execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t local, uint32_t lkey,
                        uint32_t len);
 

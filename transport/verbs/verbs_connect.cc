@@ -56,6 +56,10 @@ Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
     LT_RETURN_IF_ERROR(ch->execute_guarded(wrs[0], wrs[1]));
     return size_t{2};
   }
+  if (wrs.size() == 2 && (wrs[1].flags & kWrGuard) != 0) {
+    LT_RETURN_IF_ERROR(ch->execute_guard_after(wrs[0], wrs[1]));
+    return size_t{2};
+  }
   for (size_t i = 0; i < wrs.size(); ++i) {
     const WorkRequest& wr = wrs[i];
     Status s;

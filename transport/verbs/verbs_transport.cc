@@ -193,6 +193,7 @@ Status VerbsTransport::init() {
   caps_.needs_registration = false;
   caps_.placement = false;
   caps_.guarded_reads = true;
+  caps_.guard_after = true;
   caps_.async_write_imm_max = c.recv_buffer_bytes;  // one WRITE_WITH_IMM (channel.h)
   caps_.max_msg = c.max_msg_bytes;
   caps_.eager_max = std::min(c.eager_max_bytes, c.max_msg_bytes);
