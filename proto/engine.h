@@ -445,7 +445,8 @@ class Engine {
   // While passes find work, the progress thread looks at the manager socket
   // this often (its answers to lock, barrier and name calls, membership).
   static constexpr uint64_t kBusyManagerCheckNs = 100000;
-  static constexpr uint64_t kSpinYieldNs = 4000;          // a waiter yields its core this often
+  static constexpr uint64_t kSpinYieldNs =
+      4000;  // the longest gap between a spinner's yields (YieldPacer)
   static constexpr uint64_t kMaxRendezvousSpinUs = 1000;  // see rendezvous_spin_us
   static constexpr uint64_t kMaxParkNs = 1000000;         // progress thread's longest park (1 ms)
   static constexpr uint64_t kCollectEveryNs = 1000000;    // retired endpoints looked at (1 ms)

@@ -110,7 +110,8 @@ void Engine::progress_loop() {
   // the bound is how long peers' requests may wait for an idle engine.
   const uint64_t base_park_ns = std::max<uint64_t>(config_.engine.spin_us, 10) * 1000ull;
   uint64_t park_ns = base_park_ns;
-  uint64_t spin_until = 0, yield_at = 0, next_manager_check = 0, next_collect = 0;
+  uint64_t spin_until = 0, next_manager_check = 0, next_collect = 0;
+  YieldPacer pacer(kSpinYieldNs);
   uint64_t last_served = 0;
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
@@ -132,7 +133,7 @@ void Engine::progress_loop() {
       if (last_served != 0) serve_gauge_.note(now - last_served);
       last_served = now;
       spin_until = now + serve_gauge_.budget_ns();
-      yield_at = now + kSpinYieldNs;
+      pacer.start(now);
     }
     if (did) {
       // Under sustained load, still look at the manager socket, every
@@ -161,10 +162,8 @@ void Engine::progress_loop() {
     park_ns = base_park_ns;
     if (now >= spin_until) {
       sets.wait(hb);
-    } else if (now >= yield_at) {
-      sched_yield();  // as a waiter does (wait_impl): a thread on this core may be the peer
-      yield_at = now + kSpinYieldNs;
     } else {
+      pacer.maybe_yield(&now);  // as a waiter does (wait_impl): a thread here may be the peer
       cpu_relax();
     }
   }

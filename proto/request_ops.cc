@@ -72,7 +72,8 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   if (r == nullptr) return Code::kBadHandle;
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.
-  uint64_t spin_until = 0, yield_at = 0, started = 0;
+  uint64_t spin_until = 0, started = 0;
+  YieldPacer pacer(kSpinYieldNs);
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; !r->done(); ++i) {
     if (!progress(&r->word)) cpu_relax();
@@ -82,16 +83,13 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
       d.fix(now);  // a lazy deadline starts here, a few polls into the call
       started = now;
       spin_until = now + wait_gauge_.budget_ns();
-      yield_at = now + kSpinYieldNs;
+      pacer.start(now);
       continue;
     }
     if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
-    if (now >= yield_at) {
-      // A spin this long means the other side is slow, often because it
-      // shares this core (a CPU hog took the other one): let it run.
-      sched_yield();
-      yield_at = now + kSpinYieldNs;
-    }
+    // A spin this long means the other side is slow, often because it
+    // shares this core (a CPU hog took the other one): let it run.
+    pacer.maybe_yield(&now);
   }
   end_spin(!r->done());
   while (!r->done()) {
