@@ -91,6 +91,9 @@ Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) 
 Status Engine::join() {
   if (joined_.load()) return Code::kInvalidArg;
   LT_DEBUG("join: start");
+  // The reclamation barrier's registration takes a kernel grace period:
+  // under way while we join, not in the first operation's way.
+  Quiescence::prepare();
   // Zero credits would refuse every message or call with AGAIN, for good.
   if (config_.engine.msg_credits == 0 || config_.engine.rpc_ring_slots == 0) {
     LT_ERROR("engine.msg_credits and engine.rpc_ring_slots must be at least 1 (got %u and %u)",

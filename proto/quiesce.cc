@@ -4,8 +4,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 namespace lt::proto {
 
@@ -35,7 +37,7 @@ Registry& registry() {
   return *r;
 }
 
-// Whether membarrier(PRIVATE_EXPEDITED) is there (registered on first use).
+// Whether membarrier(PRIVATE_EXPEDITED) is there, and registers for it.
 // Under ThreadSanitizer the readers pay instead: it does not model the
 // kernel's barrier.
 bool detect_asymmetric() {
@@ -56,18 +58,40 @@ struct SlotReturn {
 };
 thread_local SlotReturn t_return;
 
-std::once_flag g_detect;
+// The background registration: started once, waited for by snapshots.
+struct Detection {
+  std::once_flag started;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+Detection& detection() {
+  static Detection* d = new Detection;  // leaked: the thread may outlive statics
+  return *d;
+}
 
 }  // namespace
 
 constinit thread_local Quiescence::ThreadState Quiescence::t_state{nullptr, 0};
-bool Quiescence::asymmetric_ = false;
+std::atomic<bool> Quiescence::asymmetric_{false};
+
+void Quiescence::prepare() {
+  Detection& d = detection();
+  std::call_once(d.started, [&d] {
+    std::thread([&d] {
+      const bool yes = detect_asymmetric();
+      std::lock_guard<std::mutex> g(d.mu);
+      // Under the lock a snapshot waits on: a snapshot that saw `done`
+      // also sees the readers' mode it must serve.
+      asymmetric_.store(yes, std::memory_order_release);
+      d.done = true;
+      d.cv.notify_all();
+    }).detach();
+  });
+}
 
 Quiescence::Slot* Quiescence::attach() {
-  // Every thread passes here before its first section (and the reclaimer
-  // before its snapshot), so the once-only detection happens-before any
-  // read of asymmetric_.
-  std::call_once(g_detect, [] { asymmetric_ = detect_asymmetric(); });
+  prepare();
   Registry& r = registry();
   Slot* s = nullptr;
   {
@@ -86,8 +110,20 @@ Quiescence::Slot* Quiescence::attach() {
 }
 
 Quiescence::Snapshot Quiescence::snapshot() {
-  std::call_once(g_detect, [] { asymmetric_ = detect_asymmetric(); });
-  if (asymmetric_) syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  // Readers may switch to plain stores the moment registration ends, so a
+  // snapshot taken with a fence alone could miss one: wait for it (once per
+  // process, a few ms, on a cold path).
+  prepare();
+  Detection& d = detection();
+  {
+    std::unique_lock<std::mutex> g(d.mu);
+    d.cv.wait(g, [&d] { return d.done; });
+  }
+  if (asymmetric_.load(std::memory_order_acquire)) {
+    syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
   Snapshot out;
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);

@@ -12,9 +12,13 @@
 //    that was inside has moved on (its counter changed).
 // Where the kernel has no membarrier, a section's first store is a seq_cst
 // store instead (a locked instruction) and the reclaimer uses a fence: the
-// same rule, paid by the readers. This is the scheme of userspace RCU's
-// membarrier flavour and of asymmetric hazard pointers, reduced to what the
-// engine needs.
+// same rule, paid by the readers. Registering for membarrier waits for an
+// RCU grace period in the kernel (about 10 ms), so it runs on a thread of
+// its own, started by prepare() when an engine starts joining; until it is
+// done readers pay the seq_cst store, and a snapshot waits for it (readers
+// switch to plain stores only once the reclaimer can use the barrier). This is the scheme of
+// userspace RCU's membarrier flavour and of asymmetric hazard pointers, reduced to what the engine
+// needs.
 //
 // Thread contract: Section is for any thread; Snapshot and passed() are for
 // the reclaimer (any thread, one at a time per snapshot).
@@ -42,6 +46,9 @@ class Quiescence {
     Section& operator=(const Section&) = delete;
   };
 
+  /// Starts the membarrier registration in the background (once per
+  /// process; a thread's first section starts it too).
+  static void prepare();
   /// The threads inside a section now (after the barrier), with their counters.
   using Snapshot = std::vector<std::pair<const Slot*, uint64_t>>;
   static Snapshot snapshot();
@@ -56,8 +63,8 @@ class Quiescence {
     uint32_t depth;
   };
   static constinit thread_local ThreadState t_state;
-  static bool asymmetric_;  // set before any thread's first section (attach)
-  static Slot* attach();    // first section of a thread: its slot, and the exit hook
+  static std::atomic<bool> asymmetric_;  // set once registered (prepare)
+  static Slot* attach();                 // first section of a thread: its slot, and the exit hook
 
   static void enter() {
     ThreadState& t = t_state;
@@ -65,7 +72,7 @@ class Quiescence {
     if (t.slot == nullptr) [[unlikely]]
       t.slot = attach();
     const uint64_t v = t.slot->seq.load(std::memory_order_relaxed) + 1;
-    if (asymmetric_) {
+    if (asymmetric_.load(std::memory_order_relaxed)) {
       t.slot->seq.store(v, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);  // the kernel's barrier does the rest
     } else {
