@@ -325,6 +325,7 @@ class Engine {
   Status free_remote(const Mapping& m, Deadline d);
 
   // ---- rma/rma.cc: read, write, memset, memcpy (message emulation)
+  bool memset_now(const Mapping& m, uint64_t off, uint8_t value, uint64_t len, Status* s);
   bool copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
                 Status* s);
   Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,

@@ -3,6 +3,11 @@
 // reachable natively (rma/native.cc); otherwise emulated: the request
 // travels as a message and the owner applies it after checking the
 // capability, rights and bounds (the serve_* functions here).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+
 #include "common/racy.h"
 #include "proto/engine.h"
 
@@ -112,10 +117,45 @@ Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uin
       return Status::ok();
     }));
   }
+  if (Status s; memset_now(*m, off, value, len, &s)) return finish_now(*r, id, s);
   (*r)->peer.store(m->owner);
   RangeReq q{make_header(MsgOp::kMemsetReq, id), m->ref(), off, len, value, 0};
   LT_RETURN_IF_ERROR(send_request(*r, m->owner, &q, sizeof(q), nullptr, 0));
   return id;
+}
+
+// LT_memset of a peer's LMR reached natively: one-sided writes from a
+// buffer of the byte (this thread's, made once), in chunks, each checked as
+// native_op checks a write. No request, no work by the owner. False: it must
+// go as a request.
+bool Engine::memset_now(const Mapping& m, uint64_t off, uint8_t value, uint64_t len, Status* s) {
+  EndpointRef ep;
+  uint64_t rkey = 0;
+  if (!native_endpoint(m, &ep, &rkey)) return false;
+  constexpr size_t kChunk = 64u << 10;
+  thread_local std::unique_ptr<std::byte[]> fill;
+  thread_local int filled_with = -1;
+  if (!fill) {
+    fill.reset(new (std::nothrow) std::byte[kChunk]);
+    if (!fill) return false;
+    filled_with = -1;
+  }
+  if (filled_with != value) {
+    std::memset(fill.get(), value, kChunk);
+    filled_with = value;
+  }
+  *s = Status::ok();
+  for (uint64_t done = 0; done < len && s->is_ok();) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kChunk, len - done));
+    WorkRequest wr;
+    wr.op = transport::Op::kWrite;
+    wr.num_sge = 1;
+    wr.sge[0] = {fill.get(), n, 0};
+    wr.remote = {off + done, rkey};
+    *s = native_op(m, rkey, ep.get(), wr);
+    done += n;
+  }
+  return true;
 }
 
 Status Engine::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,

@@ -95,8 +95,8 @@ TEST_F(RcResources, QueuePairsGrowWithPeersNotThreads) {
   }
 }
 
-// Reads, writes and atomics by a peer over rc leave the owner's served
-// counter where it was; a read through the owner (a memcpy between two of
+// Reads, writes, atomics and memsets by a peer over rc leave the owner's
+// served counter where it was; a read through the owner (a memcpy between two of
 // its LMRs is served by it) moves it.
 TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
   Proc *a = nodes_[0], *b = nodes_[1];
@@ -110,7 +110,10 @@ TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
   EXPECT_EQ(a->cmd("fadd_loop " + hb + " 8 50 4"), "ok");
   EXPECT_EQ(a->cmd("cas " + hb + " 16 0 7"), "ok 0");
   EXPECT_EQ(a->cmd("fadd " + hb + " 8 0"), "ok 200");
+  EXPECT_EQ(a->cmd("memset " + hb + " 2000 171 40000"), "ok");  // 0xab, in chunks
   EXPECT_EQ(stat(b->cmd("stats"), "served"), before);
+  EXPECT_EQ(a->cmd("read " + hb + " 1999 3"), "ok 00abab");
+  EXPECT_EQ(a->cmd("read " + hb + " 41998 3"), "ok abab00");
   EXPECT_EQ(a->cmd("memcpy " + hb + " 1000 " + hb + " 100 3"), "ok");
   EXPECT_GT(stat(b->cmd("stats"), "served"), before);
   EXPECT_EQ(a->cmd("read " + hb + " 1000 3"), "ok c0ffee");
