@@ -119,10 +119,11 @@ Quiescence::Snapshot Quiescence::snapshot() {
     std::unique_lock<std::mutex> g(d.mu);
     d.cv.wait(g, [&d] { return d.done; });
   }
+  // Without the barrier every reader's entry is a seq_cst store, and the
+  // unpublishing store and the loads below are seq_cst too: their one total
+  // order is the fence.
   if (asymmetric_.load(std::memory_order_acquire)) {
     syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-  } else {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
   Snapshot out;
   Registry& r = registry();

@@ -11,8 +11,8 @@
 //    then it snapshots the counters, and frees the object once every thread
 //    that was inside has moved on (its counter changed).
 // Where the kernel has no membarrier, a section's first store is a seq_cst
-// store instead (a locked instruction) and the reclaimer uses a fence: the
-// same rule, paid by the readers. Registering for membarrier waits for an
+// store instead (a locked instruction), and the reclaimer's seq_cst
+// unpublish and loads order against it: the same rule, paid by the readers. Registering for membarrier waits for an
 // RCU grace period in the kernel (about 10 ms), so it runs on a thread of
 // its own, started by prepare() when an engine starts joining; until it is
 // done readers pay the seq_cst store, and a snapshot waits for it (readers
