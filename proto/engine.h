@@ -326,6 +326,8 @@ class Engine {
 
   // ---- rma/rma.cc: read, write, memset, memcpy (message emulation)
   bool memset_now(const Mapping& m, uint64_t off, uint8_t value, uint64_t len, Status* s);
+  bool memcpy_now(const Mapping& d, uint64_t doff, const Mapping& s, uint64_t soff, uint64_t len,
+                  Status* st);
   bool copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf, uint64_t len,
                 Status* s);
   Status local_copy(const Mapping& dst, uint64_t doff, const Mapping& src, uint64_t soff,

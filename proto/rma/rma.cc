@@ -188,8 +188,67 @@ Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle sr
     LT_RETURN_IF_ERROR(send_request(*r, d->owner, &q, sizeof(q), nullptr, 0));
     return id;
   }
+  {
+    ReqId id = 0;
+    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    if (!r) return r.status();
+    if (Status st; memcpy_now(*d, dst_off, *s, src_off, len, &st)) return finish_now(*r, id, st);
+    (void)drop_unsent(*r, Status::ok());  // not reached natively: requests below
+  }
   if (len > max_payload_ - sizeof(RangeReq)) return Code::kInvalidArg;
   return memcpy_remote(*d, dst_off, *s, src_off, len);
+}
+
+// A memcpy between two nodes' LMRs where each end is this node's or reached
+// natively (shm, rc): no request, no work by either owner. This node's end
+// is read from or written into in place; with both ends remote, the bytes
+// pass through a buffer of this thread (64 KiB, made once), a read and a
+// write per chunk. False: it must go as requests (memcpy_remote).
+bool Engine::memcpy_now(const Mapping& d, uint64_t doff, const Mapping& s, uint64_t soff,
+                        uint64_t len, Status* st) {
+  EndpointRef dep, sep;
+  uint64_t dkey = 0, skey = 0;
+  if (d.owner != self() && !native_endpoint(d, &dep, &dkey)) return false;
+  if (s.owner != self() && !native_endpoint(s, &sep, &skey)) return false;
+  auto one = [&](bool write, const Mapping& m, uint64_t rkey, transport::Endpoint* ep, uint64_t off,
+                 std::byte* buf, uint64_t n) {
+    WorkRequest wr;
+    wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
+    wr.num_sge = 1;
+    wr.sge[0] = {buf, static_cast<uint32_t>(n), 0};
+    wr.remote = {off, rkey};
+    return native_op(m, rkey, ep, wr);
+  };
+  constexpr uint64_t kChunk = 64u << 10;  // also what one post may carry (below 4 GiB)
+  if (s.owner == self() || d.owner == self()) {
+    const bool from_here = s.owner == self();
+    const Mapping& here = from_here ? s : d;
+    const Mapping& there = from_here ? d : s;
+    *st = lmrs_.with_checked(here.ref(), from_here ? kRightRead : kRightWrite,
+                             from_here ? soff : doff, len, [&](LocalLmr& l) {
+                               Status r;
+                               std::byte* at = l.mem + (from_here ? soff : doff);
+                               const uint64_t toff = from_here ? doff : soff;
+                               for (uint64_t k = 0; k < len && r.is_ok(); k += kChunk) {
+                                 RacyAccess racy;  // LMR bytes, raced by design
+                                 r = one(from_here, there, from_here ? dkey : skey,
+                                         from_here ? dep.get() : sep.get(), toff + k, at + k,
+                                         std::min(kChunk, len - k));
+                               }
+                               return r;
+                             });
+    return true;
+  }
+  thread_local std::unique_ptr<std::byte[]> buf;
+  if (!buf) buf.reset(new (std::nothrow) std::byte[kChunk]);
+  if (!buf) return false;
+  *st = Status::ok();
+  for (uint64_t k = 0; k < len && st->is_ok(); k += kChunk) {
+    const uint64_t n = std::min(kChunk, len - k);
+    *st = one(false, s, skey, sep.get(), soff + k, buf.get(), n);
+    if (st->is_ok()) *st = one(true, d, dkey, dep.get(), doff + k, buf.get(), n);
+  }
+  return true;
 }
 
 // A memcpy between two nodes: from here, one write carries the source to

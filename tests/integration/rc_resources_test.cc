@@ -95,8 +95,8 @@ TEST_F(RcResources, QueuePairsGrowWithPeersNotThreads) {
   }
 }
 
-// Reads, writes, atomics and memsets by a peer over rc leave the owner's
-// served counter where it was; a read through the owner (a memcpy between two of
+// Reads, writes, atomics, memsets and memcpys between nodes by a peer over
+// rc leave the owners' served counters where they were; a read through the owner (a memcpy between two of
 // its LMRs is served by it) moves it.
 TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
   Proc *a = nodes_[0], *b = nodes_[1];
@@ -111,9 +111,25 @@ TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
   EXPECT_EQ(a->cmd("cas " + hb + " 16 0 7"), "ok 0");
   EXPECT_EQ(a->cmd("fadd " + hb + " 8 0"), "ok 200");
   EXPECT_EQ(a->cmd("memset " + hb + " 2000 171 40000"), "ok");  // 0xab, in chunks
+  // memcpy between b's LMR and c's, and between a's own and b's: no owner
+  // serves it (c's LMR is mapped by a, its master, which made it there).
+  Proc* c = nodes_[2];
+  std::string hc = ok_value(a->cmd("malloc " + ids_[2] + " 200000 rwa"));
+  std::string ha = ok_value(a->cmd("malloc " + ids_[0] + " 65536 rwa"));
+  ASSERT_FALSE(hc.empty());
+  ASSERT_FALSE(ha.empty());
+  ASSERT_EQ(a->cmd("write " + hc + " 0 00"), "ok");  // connected, warmed up
+  const long long c_before = stat(c->cmd("stats"), "served");
+  EXPECT_EQ(a->cmd("memcpy " + hc + " 5 " + hb + " 1999 40001"), "ok");  // b -> c, chunks
+  EXPECT_EQ(a->cmd("memcpy " + ha + " 7 " + hb + " 100 3"), "ok");       // b -> here
+  EXPECT_EQ(a->cmd("memcpy " + hb + " 60000 " + ha + " 7 3"), "ok");     // here -> b
   EXPECT_EQ(stat(b->cmd("stats"), "served"), before);
+  EXPECT_EQ(stat(c->cmd("stats"), "served"), c_before);
   EXPECT_EQ(a->cmd("read " + hb + " 1999 3"), "ok 00abab");
   EXPECT_EQ(a->cmd("read " + hb + " 41998 3"), "ok abab00");
+  EXPECT_EQ(a->cmd("read " + hc + " 4 3"), "ok 0000ab");
+  EXPECT_EQ(a->cmd("read " + hc + " 40004 3"), "ok abab00");
+  EXPECT_EQ(a->cmd("read " + hb + " 60000 3"), "ok c0ffee");
   EXPECT_EQ(a->cmd("memcpy " + hb + " 1000 " + hb + " 100 3"), "ok");
   EXPECT_GT(stat(b->cmd("stats"), "served"), before);
   EXPECT_EQ(a->cmd("read " + hb + " 1000 3"), "ok c0ffee");
