@@ -12,13 +12,14 @@
 //    that was inside has moved on (its counter changed).
 // Where the kernel has no membarrier, a section's first store is a seq_cst
 // store instead (a locked instruction), and the reclaimer's seq_cst
-// unpublish and loads order against it: the same rule, paid by the readers. Registering for membarrier waits for an
-// RCU grace period in the kernel (about 10 ms), so it runs on a thread of
-// its own, started by prepare() when an engine starts joining; until it is
-// done readers pay the seq_cst store, and a snapshot waits for it (readers
-// switch to plain stores only once the reclaimer can use the barrier). This is the scheme of
-// userspace RCU's membarrier flavour and of asymmetric hazard pointers, reduced to what the engine
-// needs.
+// unpublish and loads order against it: the same rule, paid by the readers.
+// Registering for membarrier waits for an RCU grace period in the kernel
+// (about 10 ms), so it runs on a thread of its own, started by prepare()
+// when an engine starts joining; until it is done readers pay the seq_cst
+// store, and a snapshot waits for it (readers switch to plain stores only
+// once the reclaimer can use the barrier). This is the scheme of userspace
+// RCU's membarrier flavour and of asymmetric hazard pointers, reduced to
+// what the engine needs.
 //
 // Thread contract: Section is for any thread; Snapshot and passed() are for
 // the reclaimer (any thread, one at a time per snapshot).
