@@ -96,8 +96,8 @@ TEST_F(RcResources, QueuePairsGrowWithPeersNotThreads) {
 }
 
 // Reads, writes, atomics, memsets and memcpys between nodes by a peer over
-// rc leave the owners' served counters where they were; a read through the owner (a memcpy between two of
-// its LMRs is served by it) moves it.
+// rc leave the owners' served counters where they were; a memcpy between
+// two LMRs of one owner is served by it, and moves its counter.
 TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
   Proc *a = nodes_[0], *b = nodes_[1];
   std::string hb = ok_value(a->cmd("malloc " + ids_[1] + " 65536 rwa"));
