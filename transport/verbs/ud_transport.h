@@ -31,6 +31,7 @@
 #include "transport/conn_table.h"
 #include "transport/hello.h"
 #include "transport/transport.h"
+#include "transport/verbs/done_queue.h"
 #include "transport/verbs/ud_conn.h"
 #include "transport/verbs/verbs_device.h"
 
@@ -174,9 +175,7 @@ class UdTransport final : public Transport {
   std::vector<std::shared_ptr<UdConn>> backlogged_;
   std::atomic<bool> has_backlog_{false};
 
-  std::mutex done_mu_;
-  std::deque<Completion> send_done_;
-  std::atomic<size_t> done_count_{0};
+  DoneQueue done_;  // user-signaled sends, reported by the next poll
   std::atomic<bool> has_broken_{false};
 };
 

@@ -283,15 +283,7 @@ void VerbsTransport::poll_send_cq() {
 }
 
 void VerbsTransport::report_send_done(uint64_t wr_id, Code code) {
-  Completion c;
-  c.kind = CqKind::kSendDone;
-  c.wr_id = wr_id;
-  c.status = code;
-  {
-    std::lock_guard<std::mutex> g(done_mu_);
-    send_done_.push_back(c);
-    done_count_.fetch_add(1, std::memory_order_seq_cst);
-  }
+  done_.push(wr_id, code);
   if (armed_.load(std::memory_order_seq_cst)) kick();
 }
 
@@ -406,7 +398,7 @@ void VerbsTransport::try_arm() {
   poll_send_cq();
   stash_n_ = ibv_poll_cq(dev_->recv_cq(), 1, stash_.get());
   if (stash_n_ < 0) stash_n_ = 0;
-  if (stash_n_ != 0 || done_count_.load(std::memory_order_seq_cst) != 0) {
+  if (stash_n_ != 0 || done_.pending()) {
     armed_.store(false, std::memory_order_seq_cst);
     kick();
   }
@@ -419,14 +411,7 @@ size_t VerbsTransport::poll(std::span<Completion> out) {
     handle_events();
   }
   poll_send_cq();
-  if (done_count_.load(std::memory_order_acquire) != 0) {
-    std::lock_guard<std::mutex> g(done_mu_);
-    while (!send_done_.empty() && n < out.size()) {
-      out[n++] = send_done_.front();
-      send_done_.pop_front();
-      done_count_.fetch_sub(1, std::memory_order_relaxed);
-    }
-  }
+  n = done_.drain(out, n);
   const size_t before = n;
   n = poll_recv(out, n);
   if (has_backlog_.load(std::memory_order_acquire)) {

@@ -41,6 +41,7 @@
 #include "transport/conn_table.h"
 #include "transport/hello.h"
 #include "transport/transport.h"
+#include "transport/verbs/done_queue.h"
 #include "transport/verbs/mem_pool.h"
 #include "transport/verbs/verbs_conn.h"
 #include "transport/verbs/verbs_device.h"
@@ -206,9 +207,7 @@ class VerbsTransport final : public Transport {
   std::vector<Channel*> backlogged_;
   std::atomic<bool> has_backlog_{false};
 
-  std::mutex done_mu_;
-  std::deque<Completion> send_done_;
-  std::atomic<size_t> done_count_{0};
+  DoneQueue done_;  // user-signaled sends, reported by the next poll
   std::atomic<bool> has_broken_{false};
 
   std::mutex reg_mu_;
