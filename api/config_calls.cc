@@ -75,7 +75,7 @@ int LT_devices(const char* config_path, lt_device_port_t* out, uint32_t cap, uin
         o.active_mtu = p.active_mtu;
         o.numa_node = d.numa_node;
         o.near = d.near;
-        o.atomics = d.atomics;
+        o.atomics = d.atomics ? (d.atomics_global ? 2 : 1) : 0;
         o.max_qp = d.max_qp;
         o.max_qp_wr = d.max_qp_wr;
         o.max_sge = d.max_sge;

@@ -107,6 +107,11 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"verbs.connect_timeout_ms", "LTIER_VERBS_CONNECT_TIMEOUT_MS",
        "rc: the QP address exchange with a new peer gives up after this", K::kU32,
        &c.verbs.connect_timeout_ms},
+      {"verbs.atomic_mode", "LTIER_VERBS_ATOMIC_MODE",
+       "rc: auto: peers' atomics on this node's LMRs are the device's, and where the device's "
+       "are not atomic with the CPU's (IBV_ATOMIC_HCA) this node's own go through the device "
+       "too; cpu: all are CPU atomics, rc peers' by request",
+       K::kString, &c.verbs.atomic_mode},
       {"verbs.ud_window", "LTIER_VERBS_UD_WINDOW",
        "ud: datagrams in flight to one peer before its acknowledgements (a power of two, 8 to "
        "1024)",

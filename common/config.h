@@ -62,6 +62,7 @@ struct VerbsConfig {
   uint32_t bounce_bytes = 256u << 10;      // per QP: staging for unregistered local buffers
   uint32_t spin_us = 20;                   // polls that find nothing this long arm the CQs
   uint32_t connect_timeout_ms = 2000;
+  std::string atomic_mode = "auto";    // auto: rc peers' atomics native; cpu: by request
   uint32_t ud_window = 128;            // ud: datagrams in flight per peer (a power of two)
   uint32_t ud_send_slots = 4096;       // ud: registered send buffers of one MTU, all peers
   uint32_t ud_recv_buffers = 1024;     // ud: receive buffers of one MTU

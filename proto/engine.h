@@ -348,6 +348,8 @@ class Engine {
   Status post_checked(NodeId owner, transport::Endpoint* ep,
                       std::span<const transport::WorkRequest> wrs);
   // ---- rma/atomics.cc
+  Status local_atomic(LocalLmr& l, uint64_t off, AtomicKind kind, uint64_t operand,
+                      uint64_t compare, uint64_t* old);
   bool atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
                      uint64_t compare, uint64_t* old, Status* s);
   Result<ReqId> atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,

@@ -140,7 +140,9 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
   if (!claim_peer(p)) return Code::kPeerDown;
   // Without an address book entry (the peer reached us first), which of its
   // LMR keys our transport uses is settled at the first native op.
-  const int slot = info ? transports_.native_slot(*info, via) : PeerTable::kUnsettled;
+  const int slot = info ? PeerTable::native_access(transports_.native_slot(*info, via),
+                                                   transports_.native_atomics(*info, via))
+                        : PeerTable::kUnsettled;
   out->set(peers_.install(p, std::move(ep.value()), via, why, slot));
   return Status::ok();
 }

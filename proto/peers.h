@@ -70,9 +70,22 @@ class PeerTable {
   int native_slot(NodeId p) const {
     const Slot& s = at(p);
     const int n = s.native.load(std::memory_order_acquire);
-    return s.id.load(std::memory_order_acquire) == p ? n : -1;
+    if (s.id.load(std::memory_order_acquire) != p) return -1;
+    return n < 0 ? n : n & ~kNativeAtomics;
   }
-  /// Settles an endpoint's kUnsettled slot.
+  /// Whether atomics on `p`'s LMRs may go natively over that transport too
+  /// (TransportSet::native_atomics); false while unsettled.
+  bool native_atomics(NodeId p) const {
+    const Slot& s = at(p);
+    const int n = s.native.load(std::memory_order_acquire);
+    return s.id.load(std::memory_order_acquire) == p && n >= 0 && (n & kNativeAtomics) != 0;
+  }
+  /// What install() and settle_native() take: a slot (or -1, kUnsettled)
+  /// and whether atomics go natively too.
+  static int native_access(int slot, bool atomics) {
+    return slot >= 0 && atomics ? slot | kNativeAtomics : slot;
+  }
+  /// Settles an endpoint's kUnsettled slot (a native_access value).
   void settle_native(NodeId p, int slot) {
     int8_t want = kUnsettled;
     Slot& s = at(p);
@@ -108,9 +121,12 @@ class PeerTable {
   /// next use reconnects, and the old one is freed once nobody holds it.
   void retire(NodeId p);
 
+  static constexpr int kNativeAtomics = 4;  // in a slot's `native`
+
   std::mutex& connect_mutex() { return connect_mu_; }
   /// Caches `ep` (taking ownership) as `p`'s endpoint, retiring the one it
-  /// replaces. Caller holds connect_mutex().
+  /// replaces; `native_slot` is a native_access value. Caller holds
+  /// connect_mutex().
   transport::Endpoint* install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
                                transport::Transport* via, const char* why, int native_slot);
 

@@ -10,8 +10,18 @@ namespace lt::proto {
 
 using transport::TransportEntry;
 
+namespace {
+// The address-list entry that publishes a node's atomic domain (absent: kCpu).
+constexpr const char* kAtomicsEntry = "atomics";
+}  // namespace
+
 Status TransportSet::build(const Config& config) {
   const std::string& names = config.transports;
+  const std::string& atomic_mode = config.verbs.atomic_mode;
+  if (atomic_mode != "auto" && atomic_mode != "cpu") {
+    LT_ERROR("verbs.atomic_mode (LTIER_VERBS_ATOMIC_MODE) '%s': auto or cpu", atomic_mode.c_str());
+    return Code::kInvalidArg;
+  }
   std::vector<const TransportEntry*> want;
   for (size_t i = 0; i <= names.size();) {
     size_t j = names.find(',', i);
@@ -67,6 +77,13 @@ Status TransportSet::build(const Config& config) {
       break;
     }
   }
+  for (transport::Transport* t : {memory_, exporter_}) {
+    if (t != nullptr && t->caps().atomics64 && t->caps().device_atomics) atomic_device_ = t;
+  }
+  if (atomic_device_ != nullptr && atomic_mode == "auto") {
+    atomic_domain_ = atomic_device_->caps().device_atomics_global ? AtomicDomain::kGlobal
+                                                                  : AtomicDomain::kDevice;
+  }
   host_id_ = net::host_id();
   // The same-host transport a peer on this host would get, for the reasons.
   const char* local = nullptr;
@@ -86,7 +103,17 @@ Status TransportSet::build(const Config& config) {
 std::vector<transport::PeerAddress> TransportSet::addresses() const {
   std::vector<transport::PeerAddress> out;
   for (auto& t : list_) out.push_back({t->name(), t->local_address()});
+  if (atomic_domain_ == AtomicDomain::kDevice) out.push_back({kAtomicsEntry, "device"});
+  if (atomic_domain_ == AtomicDomain::kGlobal) out.push_back({kAtomicsEntry, "global"});
   return out;
+}
+
+bool TransportSet::native_atomics(const transport::PeerInfo& info,
+                                  const transport::Transport* via) const {
+  if (via == nullptr || !via->caps().atomics64) return false;
+  const std::string_view domain = info.address(kAtomicsEntry);
+  if (via->caps().device_atomics) return domain == "device" || domain == "global";
+  return domain != "device";
 }
 
 int TransportSet::native_slot(const transport::PeerInfo& info,

@@ -46,6 +46,26 @@ class TransportSet {
   /// native-memory transports (0: its memory transport, 1: its exporter),
   /// or -1 when `via` does not reach its memory natively.
   int native_slot(const transport::PeerInfo& info, const transport::Transport* via) const;
+
+  /// Where the atomics on this node's LMR memory are done, so that every
+  /// path to a word is atomic with every other (published as the
+  /// "atomics" entry of the address list):
+  ///  - kCpu: by CPU instructions; peers whose native atomics are a
+  ///    device's (rc) send them as requests. No device, an HCA device with
+  ///    verbs.atomic_mode cpu.
+  ///  - kDevice: by the device (Caps::device_atomics, atomic only among its
+  ///    own: IBV_ATOMIC_HCA); this node's own by local_atomic(), peers over
+  ///    a CPU-atomics transport (shm) by request.
+  ///  - kGlobal: either; the device's are atomic with the CPU's (GLOB).
+  enum class AtomicDomain : uint8_t { kCpu, kDevice, kGlobal };
+  AtomicDomain atomic_domain() const { return atomic_domain_; }
+  /// The transport that does this node's own atomics in kDevice, else null.
+  transport::Transport* atomics_device() const {
+    return atomic_domain_ == AtomicDomain::kDevice ? atomic_device_ : nullptr;
+  }
+  /// Whether atomics on the LMRs of the peer `info` may go natively over
+  /// `via` (native_slot >= 0 assumed): its atomic domain allows `via`'s kind.
+  bool native_atomics(const transport::PeerInfo& info, const transport::Transport* via) const;
   /// The smallest max_msg among them: what any message may carry.
   uint32_t max_msg() const { return max_msg_; }
   /// This node's host id (net::host_id()), compared with peers'.
@@ -56,6 +76,8 @@ class TransportSet {
   std::vector<bool> same_host_only_;  // by index in list_
   transport::Transport* memory_ = nullptr;
   transport::Transport* exporter_ = nullptr;
+  transport::Transport* atomic_device_ = nullptr;
+  AtomicDomain atomic_domain_ = AtomicDomain::kCpu;
   uint32_t max_msg_ = 0;
   std::string host_id_;
   // The reasons pick() gives when no same-host transport serves a peer on

@@ -39,7 +39,10 @@ int devices(int argc, char** argv) {
         "  max_qp %u, max_qp_wr %u, max_sge %u, max_cqe %u, max_mr %u, max_srq %u, "
         "max_qp_rd_atom %u, max_mr_size %llu, atomics %s\n",
         p.max_qp, p.max_qp_wr, p.max_sge, p.max_cqe, p.max_mr, p.max_srq, p.max_qp_rd_atom,
-        static_cast<unsigned long long>(p.max_mr_size), p.atomics ? "yes" : "no");
+        static_cast<unsigned long long>(p.max_mr_size),
+        p.atomics == 2   ? "yes, with the CPU's (GLOB)"
+        : p.atomics == 1 ? "yes, among the device's own (HCA)"
+                         : "no");
     for (uint32_t g = 0; g < p.num_gids; ++g) {
       printf("  GID[%2u] %-40s %s%s\n", p.gids[g].index, p.gids[g].gid, p.gids[g].type,
              p.chosen && p.chosen_gid == p.gids[g].index ? "  <- ltier uses this GID" : "");

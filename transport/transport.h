@@ -34,6 +34,14 @@ struct Caps {  // read once per peer; values the device granted
   bool one_sided = false;
   bool write_imm = false;
   bool atomics64 = false;
+  /// Native kFetchAdd/kCmpSwap are the device's, not CPU instructions (rc).
+  /// Then `device_atomics_global` says whether they are atomic with respect
+  /// to the owner CPU's atomics on the same word too (atomic_cap GLOB).
+  /// Without that (HCA, as most RNICs and Soft-RoCE report), an owner that
+  /// lets peers use native atomics on its memory does its own by
+  /// local_atomic(), through the device (proto/rma/atomics.cc).
+  bool device_atomics = false;
+  bool device_atomics_global = false;
   bool needs_registration = false;
   /// kWrite may target memory the peer registered with register_memory():
   /// RemoteRef::addr is then the owner's virtual address and RemoteRef::rkey
@@ -299,6 +307,14 @@ class Transport {
   virtual Result<MemRegion> export_memory(std::span<std::byte> mem, Access a);
   /// Ends an export_memory (the MemRegion it returned, unchanged).
   virtual void unexport_memory(const MemRegion& r) { (void)r; }
+  /// A kFetchAdd or kCmpSwap on this node's own memory, done by the device
+  /// (Caps::device_atomics): `wr.remote` names a region this transport made
+  /// or exported, as a peer's op would. Done when this returns; the old
+  /// value lands in wr.sge[0]. Thread-safe. kUnsupported by default.
+  virtual Status local_atomic(const WorkRequest& wr) {
+    (void)wr;
+    return Code::kUnsupported;
+  }
   /// Non-blocking. Not thread-safe: one poller at a time (proto serializes).
   /// Returns up to out.size() completions; a full span means call again.
   virtual size_t poll(std::span<Completion> out) = 0;

@@ -1,8 +1,10 @@
 // 64-bit atomics on 8-byte aligned LMR words (LT_fetch_add,
-// LT_compare_swap): native where the owner is reachable one-sided, done
-// here for this node's LMRs, otherwise executed by the owner on request.
-// Every path ends in apply_atomic or the transport's native atomic on the
-// same word, so they are atomic with respect to each other.
+// LT_compare_swap): native where the owner is reachable one-sided and its
+// atomic domain allows that transport's kind (TransportSet::AtomicDomain),
+// done here for this node's LMRs, otherwise executed by the owner on
+// request. The owner's domain makes every path to a word one kind: CPU
+// atomics (apply_atomic, and shm peers'), or the device's (rc peers', and
+// this node's own through local_atomic) where the two do not mix.
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -19,19 +21,42 @@ uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, uint64_t 
 }
 }  // namespace
 
+// An atomic on this node's LMR `l` (checked): by the device in the kDevice
+// domain, where `l` is reachable by it (else no peer's device atomic can
+// reach it either), otherwise a CPU atomic.
+Status Engine::local_atomic(LocalLmr& l, uint64_t off, AtomicKind kind, uint64_t operand,
+                            uint64_t compare, uint64_t* old) {
+  transport::Transport* dev = transports_.atomics_device();
+  const uint64_t rkey = dev == nullptr      ? 0
+                        : l.from == dev     ? l.region.rkey
+                        : l.exporter == dev ? l.exported.rkey
+                                            : 0;
+  if (rkey == 0) {
+    *old = apply_atomic(l.mem + off, kind, operand, compare);
+    return Status::ok();
+  }
+  WorkRequest wr;
+  wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
+  wr.num_sge = 1;
+  wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
+  wr.remote = {off, rkey};
+  wr.operand = operand;
+  wr.compare = compare;
+  return dev->local_atomic(wr);
+}
+
 // The part of an atomic that needs no request (aligned, rights checked).
 bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint64_t operand,
                            uint64_t compare, uint64_t* old, Status* s) {
   if (m.owner == self()) {
     *s = lmrs_.with_checked(m.ref(), kRightAtomic, off, sizeof(uint64_t), [&](LocalLmr& l) {
-      *old = apply_atomic(l.mem + off, kind, operand, compare);
-      return Status::ok();
+      return local_atomic(l, off, kind, operand, compare, old);
     });
     return true;
   }
   EndpointRef ep;
   uint64_t rkey = 0;
-  if (!native_endpoint(m, &ep, &rkey)) return false;
+  if (!native_endpoint(m, &ep, &rkey) || !peers_.native_atomics(m.owner)) return false;
   WorkRequest wr;
   wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
   wr.num_sge = 1;
@@ -96,8 +121,7 @@ void Engine::serve_atomic(NodeId from, const MsgHeader& h, std::span<const std::
   uint64_t old = 0;
   Status s = lmrs_.with_checked(q.lmr, kRightAtomic, q.offset, 8, [&](LocalLmr& l) -> Status {
     if (q.offset % 8 != 0) return Code::kAlign;
-    old = apply_atomic(l.mem + q.offset, kind, q.operand, q.compare);
-    return Status::ok();
+    return local_atomic(l, q.offset, kind, q.operand, q.compare, &old);
   });
   if (!s.is_ok()) return reply_status(from, h.req_id, s);
   AtomicReply rep{make_header(MsgOp::kAtomicReply, h.req_id), old};

@@ -21,8 +21,10 @@ bool Engine::native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey) 
   if (slot == PeerTable::kUnsettled) {
     auto info = membership_->peer(m.owner);
     if (!info) return false;
-    slot = transports_.native_slot(*info, peers_.via(m.owner));
-    peers_.settle_native(m.owner, slot);
+    transport::Transport* via = peers_.via(m.owner);
+    slot = transports_.native_slot(*info, via);
+    peers_.settle_native(m.owner,
+                         PeerTable::native_access(slot, transports_.native_atomics(*info, via)));
   }
   if (slot < 0) return false;
   *rkey = m.rkeys[slot];

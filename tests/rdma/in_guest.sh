@@ -22,6 +22,10 @@ echo "$out"
 grep -q '^rxe0 port 1  <- ltier uses this port' <<< "$out" || { echo "FAILED: no chosen rxe0 port"; failed=1; }
 grep -qE 'GID\[ *1\] ::ffff:192\.0\.2\.1 +RoCE v2  <- ltier uses this GID' <<< "$out" ||
   { echo "FAILED: GID 1 not chosen"; failed=1; }
+# Soft-RoCE's atomics are atomic only among its own (ltier's rc then does a
+# node's own atomics through the device too).
+grep -q 'atomics yes, among the device.s own (HCA)' <<< "$out" ||
+  { echo "FAILED: rxe0's atomic_cap not shown as HCA"; failed=1; }
 # A device that is not there is refused with the key to change.
 out=$(LTIER_VERBS_DEVICE=mlx5_9 "$BUILD/tools/ltier-info" --devices 2>&1)
 grep -q "verbs.device (LTIER_VERBS_DEVICE) names 'mlx5_9'" <<< "$out" ||

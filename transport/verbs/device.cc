@@ -142,6 +142,7 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
       d.max_qp_rd_atom = static_cast<uint32_t>(a.max_qp_rd_atom);
       d.max_mr_size = a.max_mr_size;
       d.atomics = a.atomic_cap != IBV_ATOMIC_NONE;
+      d.atomics_global = a.atomic_cap == IBV_ATOMIC_GLOB;
       for (uint32_t p = 1; p <= a.phys_port_cnt; ++p) {
         d.ports.emplace_back();
         read_port(ctx, p, &d.ports.back());

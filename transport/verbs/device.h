@@ -45,6 +45,7 @@ struct DeviceInfo {
   uint32_t max_srq = 0, max_qp_rd_atom = 0;
   uint64_t max_mr_size = 0;
   bool atomics = false;
+  bool atomics_global = false;  // atomic_cap IBV_ATOMIC_GLOB: atomic with the CPU's too
   std::vector<PortInfo> ports;
 };
 

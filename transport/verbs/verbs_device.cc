@@ -55,7 +55,10 @@ Result<std::unique_ptr<VerbsDevice>> VerbsDevice::open(const Choice& choice, uin
     return Code::kNoMemory;
   }
   ibv_device_attr da{};
-  if (ibv_query_device(d->ctx_, &da) == 0) d->max_cqe_ = static_cast<uint32_t>(da.max_cqe);
+  if (ibv_query_device(d->ctx_, &da) == 0) {
+    d->max_cqe_ = static_cast<uint32_t>(da.max_cqe);
+    d->atomics_global_ = da.atomic_cap == IBV_ATOMIC_GLOB;
+  }
   if (srq_depth > 0) {
     d->recv_cq_ = ibv_create_cq(d->ctx_, static_cast<int>(srq_depth), nullptr, d->channel_, 0);
     ibv_srq_init_attr sa{};

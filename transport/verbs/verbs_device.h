@@ -56,6 +56,10 @@ class VerbsDevice {
   bool drain_events();
   /// The largest CQ the device allows.
   uint32_t max_cqe() const { return max_cqe_; }
+  /// The device's atomics are atomic with respect to the CPU's on the same
+  /// memory (atomic_cap IBV_ATOMIC_GLOB); otherwise only with respect to
+  /// other atomics through this device (IBV_ATOMIC_HCA).
+  bool atomics_global() const { return atomics_global_; }
   /// The chosen GID's 16 bytes and the port's LID (InfiniBand; 0 on RoCE).
   const std::array<uint8_t, 16>& gid() const { return gid_; }
   uint16_t lid() const { return lid_; }
@@ -82,6 +86,7 @@ class VerbsDevice {
   ibv_cq* recv_cq_ = nullptr;
   ibv_srq* srq_ = nullptr;
   uint32_t max_cqe_ = 0;
+  bool atomics_global_ = false;
 };
 
 /// Memory registered for local and remote access.

@@ -61,6 +61,8 @@ VerbsTransport::~VerbsTransport() {
   for (VerbsConn* c : all) close_conn(c, {}, &none, "transport closing");
   sweep_closed(true);
   dead_channels_.clear();
+  loopback_.store(nullptr);
+  loopbacks_.clear();
   conns_.release_closed();
   {
     std::lock_guard<std::mutex> g(spare_mu_);
@@ -190,6 +192,8 @@ Status VerbsTransport::init() {
   caps_.one_sided = true;
   caps_.write_imm = true;
   caps_.atomics64 = true;
+  caps_.device_atomics = true;
+  caps_.device_atomics_global = dev_->atomics_global();
   caps_.needs_registration = false;
   caps_.placement = false;
   caps_.guarded_reads = true;

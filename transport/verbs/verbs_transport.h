@@ -72,6 +72,7 @@ class VerbsTransport final : public Transport {
   void free_memory(const MemRegion& r) override;
   Result<MemRegion> export_memory(std::span<std::byte> mem, Access a) override;
   void unexport_memory(const MemRegion& r) override;
+  Status local_atomic(const WorkRequest& wr) override;  // loopback.cc
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
@@ -117,6 +118,7 @@ class VerbsTransport final : public Transport {
   void abandon(const std::shared_ptr<VerbsConn>& c);
   void add_channels(VerbsConn* c);
   void refill_spares();
+  Status open_loopback();  // loopback.cc
 
   // verbs_recv.cc: the receive path.
   size_t poll_recv(std::span<Completion> out, size_t n);
@@ -212,6 +214,16 @@ class VerbsTransport final : public Transport {
 
   std::mutex reg_mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Region>> regs_;  // register_memory, by lkey
+
+  // local_atomic's QP pair (loopback.cc): the live one's channel, and every
+  // pair made (the last is live), freed with the transport.
+  struct Loopback {
+    std::shared_ptr<VerbsConn> conn;  // not in conns_: no peer, no control socket
+    std::unique_ptr<RcQp> responder;
+  };
+  std::mutex loopback_mu_;
+  std::atomic<Channel*> loopback_{nullptr};
+  std::vector<Loopback> loopbacks_;
 };
 
 }  // namespace lt::transport::verbs

@@ -297,7 +297,8 @@ typedef struct {
   uint32_t active_mtu; /* bytes */
   int32_t numa_node;   /* -1: unknown */
   uint32_t near;       /* 1: its CPUs include the caller's */
-  uint32_t atomics;    /* 1: remote atomics */
+  uint32_t atomics;    /* 0: none; 1: atomic among the device's own (IBV_ATOMIC_HCA);
+                          2: atomic with the CPU's too (IBV_ATOMIC_GLOB) */
   uint32_t max_qp, max_qp_wr, max_sge, max_cqe, max_mr, max_srq, max_qp_rd_atom;
   uint64_t max_mr_size;
   uint32_t num_gids; /* valid entries in gids (at most LT_MAX_GIDS) */

@@ -114,6 +114,35 @@ TEST(TransportSet, NativeSlotIsThePlaceAmongThePeersNativeTransports) {
   EXPECT_EQ(s.native_slot(no_shm, shm), -1);
 }
 
+// Atomics on a peer's LMRs go natively over shm (CPU atomics) unless the
+// peer does its atomics by its device; the "atomics" entry, which names no
+// transport, leaves the key slots alone. A node without a device publishes
+// none, and a bad verbs.atomic_mode is refused.
+TEST(TransportSet, NativeAtomicsFollowThePeersAtomicDomain) {
+  TransportSet s;
+  ASSERT_TRUE(s.build(local_config("shm,tcp")).is_ok());
+  EXPECT_EQ(s.atomic_domain(), TransportSet::AtomicDomain::kCpu);
+  EXPECT_EQ(s.atomics_device(), nullptr);
+  for (const auto& a : s.addresses()) EXPECT_NE(a.transport, "atomics");
+  transport::Transport* shm = s.all()[0].get();
+  transport::Transport* tcp = s.all()[1].get();
+  PeerInfo cpu{2, s.host_id(), {{"shm", "shm:1:x"}, {"rc", "10.0.0.1:2"}}};
+  PeerInfo device{3, s.host_id(), {{"shm", "shm:1:y"}, {"atomics", "device"}, {"rc", "h:2"}}};
+  PeerInfo global{4, s.host_id(), {{"atomics", "global"}, {"shm", "shm:1:z"}}};
+  EXPECT_TRUE(s.native_atomics(cpu, shm));
+  EXPECT_FALSE(s.native_atomics(device, shm));
+  EXPECT_TRUE(s.native_atomics(global, shm));
+  EXPECT_FALSE(s.native_atomics(cpu, tcp));
+  EXPECT_FALSE(s.native_atomics(cpu, nullptr));
+  EXPECT_EQ(s.native_slot(device, shm), 0);
+  EXPECT_EQ(s.native_slot(global, shm), 0);
+
+  Config bad = local_config("shm,tcp");
+  bad.verbs.atomic_mode = "gpu";
+  TransportSet refused;
+  EXPECT_EQ(refused.build(bad).code(), Code::kInvalidArg);
+}
+
 TEST(TransportAddresses, FormatAndParseRoundTripAndSkipJunk) {
   std::vector<transport::PeerAddress> in = {{"tcp", "10.0.0.1:7"}, {"shm", "shm:1:x"}};
   std::string text = transport::format_addresses(in);
