@@ -180,4 +180,16 @@ std::string host_id() {
   return boot + "/" + std::to_string(ns);
 }
 
+void ring_eventfd(int fd) {
+  uint64_t one = 1;
+  ssize_t r = ::write(fd, &one, sizeof(one));
+  (void)r;
+}
+
+void drain_eventfd(int fd) {
+  uint64_t v;
+  ssize_t r = ::read(fd, &v, sizeof(v));
+  (void)r;
+}
+
 }  // namespace lt::net

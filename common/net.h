@@ -57,4 +57,11 @@ Status read_all(int fd, void* p, size_t n, Deadline d);
 /// nodes share memory only if they are on one kernel and one namespace.
 std::string host_id();
 
+/// Adds 1 to an eventfd's counter, so it polls readable (a doorbell). A
+/// non-blocking one refuses only near overflow, when it is readable anyway.
+void ring_eventfd(int fd);
+/// Reads an eventfd's (or a timerfd's) counter back to 0; on a non-blocking
+/// one that reads 0, nothing happens.
+void drain_eventfd(int fd);
+
 }  // namespace lt::net

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/net.h"
 
 namespace lt::proto {
 
@@ -126,11 +127,7 @@ Status Engine::join() {
     t->set_identity(membership_->self(), membership_->cluster_token(), key);
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  membership_->set_waker([fd = wake_fd_] {
-    uint64_t one = 1;
-    ssize_t w = write(fd, &one, sizeof(one));
-    (void)w;
-  });
+  membership_->set_waker([fd = wake_fd_] { net::ring_eventfd(fd); });
   running_.store(true);
   joined_.store(true);
   progress_thread_ = std::thread([this] { progress_loop(); });
@@ -149,9 +146,7 @@ void Engine::leave() {
   membership_->leave();
   rpc_workers_.stop();
   running_.store(false);
-  uint64_t one = 1;
-  ssize_t w = write(wake_fd_, &one, sizeof(one));
-  (void)w;
+  net::ring_eventfd(wake_fd_);
   if (progress_thread_.joinable()) progress_thread_.join();
   stage_.close([this](const transport::MemRegion& r) { transports_.memory()->free_memory(r); });
   RequestTable& reqs = client_.requests;

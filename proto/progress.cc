@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "common/net.h"
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -75,9 +76,7 @@ class WaitSets {
           epoll_ctl(park_, EPOLL_CTL_DEL, manager_fd_, nullptr);
         }
       } else if (evs[i].data.u32 == kWake) {
-        uint64_t v;
-        ssize_t r = read(wake_fd_, &v, sizeof(v));
-        (void)r;
+        net::drain_eventfd(wake_fd_);
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "common/net.h"
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -50,10 +51,7 @@ Status Engine::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
 void Engine::end_spin(bool will_sleep) {
   if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
       parked_.load(std::memory_order_seq_cst)) {
-    // Nobody polls while we sleep: unpark the progress thread.
-    uint64_t one = 1;
-    ssize_t w = write(wake_fd_, &one, sizeof(one));
-    (void)w;
+    net::ring_eventfd(wake_fd_);  // nobody polls while we sleep: unpark the progress thread
   }
 }
 

@@ -332,7 +332,7 @@ Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
     if (!err.is_ok() || refused) break;
   }
   if (locked) bell |= unlock_tx();
-  if (bell) ring_bell(peer_bell_.get());
+  if (bell) net::ring_eventfd(peer_bell_.get());
   if (count == 0 && !err.is_ok()) return err;
   bool kick = false;
   for (size_t i = 0; i < count; ++i) {

@@ -70,12 +70,6 @@ inline bool is_place_rkey(uint64_t rkey) {
 
 inline bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
-inline void ring_bell(int fd) {
-  uint64_t one = 1;
-  ssize_t r = ::write(fd, &one, sizeof(one));
-  (void)r;  // EAGAIN only when the counter is near overflow: it is readable anyway
-}
-
 // A connection's stamp salt: random, bit 63 set (a stamp is never a small
 // number that payload bytes or an earlier lap would likely hold).
 inline uint64_t new_salt() {
@@ -292,7 +286,7 @@ class ShmConn {
     bool wrote = has_backlog_.load(std::memory_order_relaxed) && flush_locked();
     bool bell = publish_locked();
     send_lock_.unlock();
-    if (bell) ring_bell(peer_bell_.get());
+    if (bell) net::ring_eventfd(peer_bell_.get());
     return wrote;
   }
 
@@ -314,7 +308,7 @@ class ShmConn {
     uint32_t& w = rx_ctrl_->want_space;
     if (aref(w).load(std::memory_order_seq_cst) != 0 &&
         aref(w).exchange(0, std::memory_order_seq_cst) != 0) {
-      ring_bell(peer_bell_.get());
+      net::ring_eventfd(peer_bell_.get());
     }
   }
 

@@ -257,7 +257,7 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
   return progress;
 }
 
-void ShmTransport::kick() { ring_bell(awake_fd_.get()); }
+void ShmTransport::kick() { net::ring_eventfd(awake_fd_.get()); }
 
 // Going to sleep: ask every producer to ring our bell, then look once more
 // (our flag store and stamp load are seq_cst and the producer fences between

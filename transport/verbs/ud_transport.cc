@@ -26,16 +26,6 @@ namespace {
 constexpr uint64_t kChannelTag = 1, kAwakeTag = 2, kTimerTag = 3;
 constexpr uint32_t kSendQueueDepth = 1024;
 
-void ring(int fd) {
-  uint64_t one = 1;
-  ssize_t r = ::write(fd, &one, sizeof(one));
-  (void)r;
-}
-void drain(int fd) {
-  uint64_t v;
-  ssize_t r = ::read(fd, &v, sizeof(v));
-  (void)r;
-}
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // Lowers `a` to `v`; true when it did.
@@ -408,14 +398,14 @@ void UdTransport::close_conn(UdConn* c, std::span<Completion> out, size_t* n, co
   }
 }
 
-void UdTransport::kick() { ring(awake_fd_.get()); }
+void UdTransport::kick() { net::ring_eventfd(awake_fd_.get()); }
 
 void UdTransport::handle_events() {
   epoll_event evs[4];
   int k = ::epoll_wait(epfd_.get(), evs, 4, 0);
   for (int i = 0; i < k; ++i) {
     if (evs[i].data.u64 == kChannelTag) dev_->drain_events();
-    if (evs[i].data.u64 == kTimerTag) drain(timer_fd_.get());
+    if (evs[i].data.u64 == kTimerTag) net::drain_eventfd(timer_fd_.get());
     if (evs[i].data.u64 != kAwakeTag && armed_.exchange(false)) kick();
   }
 }
@@ -446,7 +436,7 @@ void UdTransport::settle_timer(uint64_t now) {
 // completion that came before the arming raises no event).
 void UdTransport::try_arm() {
   if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
-  drain(awake_fd_.get());
+  net::drain_eventfd(awake_fd_.get());
   settle_timer(now_ns());
   armed_.store(true, std::memory_order_seq_cst);
   // Send completions only free slots and send-queue room, which a poster

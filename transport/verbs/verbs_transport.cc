@@ -22,16 +22,6 @@ namespace lt::transport::verbs {
 namespace {
 constexpr uint64_t kChannelTag = 2, kAwakeTag = 3;
 constexpr uint64_t kClosingGraceNs = 2'000'000'000;
-void ring(int fd) {
-  uint64_t one = 1;
-  ssize_t r = ::write(fd, &one, sizeof(one));
-  (void)r;
-}
-void drain(int fd) {
-  uint64_t v;
-  ssize_t r = ::read(fd, &v, sizeof(v));
-  (void)r;
-}
 }  // namespace
 
 VerbsTransport::VerbsTransport(const Config& config)
@@ -41,7 +31,7 @@ VerbsTransport::VerbsTransport(const Config& config)
 
 VerbsTransport::~VerbsTransport() {
   if (control_.joinable()) {
-    ring(ctl_stop_.get());
+    net::ring_eventfd(ctl_stop_.get());
     control_.join();
   }
   {
@@ -306,7 +296,7 @@ void VerbsTransport::break_conn(VerbsConn* c) {
   kick();
 }
 
-void VerbsTransport::kick() { ring(awake_fd_.get()); }
+void VerbsTransport::kick() { net::ring_eventfd(awake_fd_.get()); }
 
 // --- the poller ---
 
@@ -393,7 +383,7 @@ void VerbsTransport::handle_events() {
 // before the arming raises no event).
 void VerbsTransport::try_arm() {
   if (conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
-  drain(awake_fd_.get());
+  net::drain_eventfd(awake_fd_.get());
   armed_.store(true, std::memory_order_seq_cst);
   dev_->arm();
   // Completions that came before the arming raise no event: take them now
