@@ -32,6 +32,7 @@
 #include "proto/msg/credits.h"
 #include "proto/msg/ports.h"
 #include "proto/msg/stage.h"
+#include "proto/park_timer.h"
 #include "proto/peers.h"
 #include "proto/request_table.h"
 #include "proto/rpc/registry.h"
@@ -292,7 +293,9 @@ class Engine {
   void fail_requests_to(NodeId peer, Code c);
   Status wait_impl(ReqId id, Deadline d, Results* res);
   Status wait_or_cancel(ReqId id, Deadline d, Results* res);
-  void end_spin(bool will_sleep);  // a spinner stops; unparks the progress thread if needed
+  // A spinner stops (`now`: its last clock read, 0 if none); unparks the
+  // progress thread if it will sleep, else keeps it parked (park_timer_).
+  void end_spin(bool will_sleep, uint64_t now = 0);
 
   // ---- peers.cc: endpoints and the single post path
   // The endpoint to `p` into *out, which keeps it valid while it lives.
@@ -446,6 +449,11 @@ class Engine {
   std::atomic<bool> busy_{false}, want_{false};
   std::atomic<uint32_t> spinners_{0};  // callers spinning in wait(), polling for everyone
   std::atomic<bool> parked_{false};    // the progress thread is parked for them
+  // Waits that ended within their spin: it moving means a caller is busy
+  // calling, though between two calls it may not be spinning right now.
+  std::atomic<uint64_t> spin_ends_{0};
+  std::atomic<bool> sleeper_{false};  // a caller went to sleep: don't park for spin_ends_
+  ParkTimer park_timer_;
   static constexpr int kMaxBatchesPerPass = 16;
   // While passes find work, the progress thread looks at the manager socket
   // this often (its answers to lock, barrier and name calls, membership).
@@ -453,7 +461,6 @@ class Engine {
   static constexpr uint64_t kSpinYieldNs =
       4000;  // the longest gap between a spinner's yields (YieldPacer)
   static constexpr uint64_t kMaxRendezvousSpinUs = 1000;  // see rendezvous_spin_us
-  static constexpr uint64_t kMaxParkNs = 1000000;         // progress thread's longest park (1 ms)
   static constexpr uint64_t kCollectEveryNs = 1000000;    // retired endpoints looked at (1 ms)
   static constexpr int32_t kRpcCorkDepth = 2;  // outstanding calls before rpc_async corks
   static constexpr uint64_t kMaxPassNs = 2000000;

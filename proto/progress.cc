@@ -16,14 +16,14 @@ using transport::Completion;
 
 namespace {
 // The progress thread's epoll sets: `all` (the transports, the manager
-// socket, the wake fd) to sleep on when idle, and `park` (the manager and
-// the wake fd only) for while callers spin and poll the transports
-// themselves. Manager events go to `on_manager` (false: the manager is
+// socket, the wake fd) to sleep on when idle, and `park` (the manager, the
+// wake fd and the park timer only) for while callers spin and poll the
+// transports themselves. Manager events go to `on_manager` (false: the manager is
 // gone, stop watching it); the wake fd is drained.
 class WaitSets {
  public:
   WaitSets(std::span<const std::unique_ptr<transport::Transport>> transports, int manager_fd,
-           int wake_fd, std::function<bool()> on_manager)
+           int wake_fd, int timer_fd, std::function<bool()> on_manager)
       : all_(epoll_create1(EPOLL_CLOEXEC)),
         park_(epoll_create1(EPOLL_CLOEXEC)),
         manager_fd_(manager_fd),
@@ -34,6 +34,7 @@ class WaitSets {
       add(set, manager_fd, kManager);
       add(set, wake_fd, kWake);
     }
+    if (timer_fd >= 0) add(park_, timer_fd, kTimer);
   }
   ~WaitSets() {
     close(park_);
@@ -52,7 +53,7 @@ class WaitSets {
     epoll_event evs[4];
     handle(evs, epoll_wait(all_, evs, 4, timeout_ms));
   }
-  /// Waits on the manager and the wake fd only, up to ns.
+  /// Waits on the manager, the wake fd and the park timer only, up to ns.
   void park(uint64_t ns) {
     const timespec t = {static_cast<time_t>(ns / 1000000000ull),
                         static_cast<long>(ns % 1000000000ull)};
@@ -61,7 +62,7 @@ class WaitSets {
   }
 
  private:
-  static constexpr uint32_t kTransport = 0, kManager = 1, kWake = 2;
+  static constexpr uint32_t kTransport = 0, kManager = 1, kWake = 2, kTimer = 3;
   static void add(int set, int fd, uint32_t tag) {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -91,7 +92,7 @@ class WaitSets {
 void Engine::progress_loop() {
   progress_tid_.store(std::this_thread::get_id(), std::memory_order_release);
   std::vector<Membership::Event> events;
-  WaitSets sets(transports_.all(), membership_->fd(), wake_fd_,
+  WaitSets sets(transports_.all(), membership_->fd(), wake_fd_, park_timer_.fd(),
                 [&] { return on_manager_readable(&events); });
   // After serving a peer, keep polling for a bounded time: the next request
   // of a busy client is then served without a wake-up, which costs tens of
@@ -101,17 +102,23 @@ void Engine::progress_loop() {
   // costs no CPU. How long: engine.progress_spin_us, or up to twice the
   // usual gap between served requests when that is longer (serve_gauge_), so
   // a client whose next call comes a little later still finds us awake.
-  // Parked while callers spin: first for one spin budget, then, while they
-  // keep spinning (a ping-pong: they poll for everyone), twice as long each
-  // time up to kMaxParkNs. Every wake-up of a parked thread takes a core
-  // from a spinner on a 2-core machine; a caller that stops spinning to
-  // sleep unparks us through wake_fd_, one that just finishes does not, so
-  // the bound is how long peers' requests may wait for an idle engine.
-  const uint64_t base_park_ns = std::max<uint64_t>(config_.engine.spin_us, 10) * 1000ull;
-  uint64_t park_ns = base_park_ns;
+  // Parked while callers spin (they poll for everyone), and while they keep
+  // calling: one whose wait ended within its spin since we last looked
+  // (spin_ends_) is between two calls, outside wait() for its post.
+  // Sleeping on the transports then would have every reply wake this
+  // thread as well as the caller polling for it. The park lasts until
+  // park_timer_'s alarm, which busy callers keep pushing out, so a
+  // ping-pong costs this thread no wake-up (each one lands on a core a
+  // spinner is using: over tcp one in eight round trips paid for one when
+  // parks were timed, and the 8 B p99 was 5x the p50). A caller that stops
+  // spinning to sleep unparks us through wake_fd_ (or, if it did so before
+  // we set parked_, tells us by sleeper_: seq_cst on both sides); one that
+  // just stops calling leaves us parked up to ParkTimer::kWindowNs: how long
+  // peers' requests may then wait for an idle engine.
   uint64_t spin_until = 0, next_manager_check = 0, next_collect = 0;
   YieldPacer pacer(kSpinYieldNs);
   uint64_t last_served = 0;
+  uint64_t ends_seen = spin_ends_.load(std::memory_order_relaxed);
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
     bool did = progress();
@@ -144,21 +151,23 @@ void Engine::progress_loop() {
       }
       continue;
     }
-    if (spinners_.load(std::memory_order_seq_cst) > 0) {
+    const uint64_t ends = spin_ends_.load(std::memory_order_relaxed);
+    const bool calling = ends != ends_seen;
+    ends_seen = ends;
+    if (spinners_.load(std::memory_order_seq_cst) > 0 || calling) {
       // A caller is spinning in wait() and polls the transports, serving
       // peers too: a second spinner would only take its core (2 cores here).
-      // Park for at most one spin budget; a caller that gives up spinning
-      // and sleeps wakes us through wake_fd_.
+      park_timer_.drain();
+      park_timer_.arm(now);
       parked_.store(true, std::memory_order_seq_cst);
-      if (spinners_.load(std::memory_order_seq_cst) > 0) {
-        sets.park(std::min<uint64_t>(park_ns, uint64_t{static_cast<uint32_t>(hb)} * 1000000ull));
+      if (spinners_.load(std::memory_order_seq_cst) > 0 ||
+          (calling && !sleeper_.exchange(false, std::memory_order_seq_cst))) {
+        const uint64_t hb_ns = uint64_t{static_cast<uint32_t>(hb)} * 1000000ull;
+        sets.park(park_timer_.fd() >= 0 ? hb_ns : std::min(ParkTimer::kWindowNs, hb_ns));
       }
       parked_.store(false, std::memory_order_relaxed);
-      park_ns = spinners_.load(std::memory_order_relaxed) > 0 ? std::min(park_ns * 2, kMaxParkNs)
-                                                              : base_park_ns;
       continue;
     }
-    park_ns = base_park_ns;
     if (now >= spin_until) {
       sets.wait(hb);
     } else {

@@ -48,7 +48,18 @@ void Engine::fail_requests_to(NodeId peer, Code c) {
 
 Status Engine::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
 
-void Engine::end_spin(bool will_sleep) {
+void Engine::end_spin(bool will_sleep, uint64_t now) {
+  if (will_sleep) {
+    sleeper_.store(true, std::memory_order_seq_cst);
+  } else {
+    // Only "it moved" matters to the progress thread: no locked increment.
+    const uint64_t ends = spin_ends_.load(std::memory_order_relaxed) + 1;
+    spin_ends_.store(ends, std::memory_order_relaxed);
+    if (parked_.load(std::memory_order_relaxed)) {
+      if (now == 0 && ends % 64 == 0) now = now_ns();  // short waits read no clock
+      if (now != 0) park_timer_.extend(now);
+    }
+  }
   if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
       parked_.load(std::memory_order_seq_cst)) {
     net::ring_eventfd(wake_fd_);  // nobody polls while we sleep: unpark the progress thread
@@ -70,13 +81,14 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   if (r == nullptr) return Code::kBadHandle;
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.
-  uint64_t spin_until = 0, started = 0;
+  uint64_t spin_until = 0, started = 0, last_now = 0;
   YieldPacer pacer(kSpinYieldNs);
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; !r->done(); ++i) {
     if (!progress(&r->word)) cpu_relax();
     if (i % 8 != 0) continue;  // the clock is not free either
     uint64_t now = now_ns();
+    last_now = now;
     if (spin_until == 0) {
       d.fix(now);  // a lazy deadline starts here, a few polls into the call
       started = now;
@@ -89,7 +101,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     // shares this core (a CPU hog took the other one): let it run.
     pacer.maybe_yield(&now);
   }
-  end_spin(!r->done());
+  end_spin(!r->done(), last_now);
   while (!r->done()) {
     uint64_t left = d.remaining_ns();
     if (left == 0) return Code::kTimedOut;

@@ -47,10 +47,14 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   // Staged when the transport reads natively but cannot place (no
   // cross-memory attach): placement is one copy and needs no stage, so it
   // goes by the pull below. The stage's key is the memory transport's, so
-  // only that one reads it.
-  if (uint64_t off; caps.one_sided && !caps.placement && via == transports_.memory() &&
-                    stage_.alloc(node, len, &off)) {
-    return send_staged(node, port, buf, len, off, no_request, credit);
+  // only that one reads it. A stage that looks full may have releases from
+  // its readers waiting in a transport nobody polled yet (the progress
+  // thread stays parked while callers are busy): one pass, then look again.
+  if (caps.one_sided && !caps.placement && via == transports_.memory()) {
+    uint64_t off = 0;
+    if (stage_.alloc(node, len, &off) || (progress(), stage_.alloc(node, len, &off))) {
+      return send_staged(node, port, buf, len, off, no_request, credit);
+    }
   }
   if (no_request) return Code::kUnsupported;  // goes by the pull: the caller uses send_async
   return send_rndv(node, port, buf, len, credit);
