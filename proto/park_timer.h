@@ -15,6 +15,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/net.h"
+
 namespace lt::proto {
 
 class ParkTimer {
@@ -47,8 +49,7 @@ class ParkTimer {
     if (now - armed_at_.load(std::memory_order_relaxed) >= kRearmNs) arm(now);
   }
   void drain() {
-    uint64_t n;
-    if (fd_ >= 0 && read(fd_, &n, sizeof(n)) < 0) return;
+    if (fd_ >= 0) net::drain_eventfd(fd_);
   }
 
  private:

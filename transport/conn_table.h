@@ -74,15 +74,25 @@ class ConnTable {
 
   /// A connection this side dialed to `node`: it serves the node, unless a
   /// live one does by now (another thread's dial, or the peer's), which is
-  /// returned instead and `c` is dropped. `setup()` (-> Status) runs under
-  /// the lock first; its error is returned.
+  /// returned instead. `setup()` (-> Status) runs under the lock first; its
+  /// error is returned (or the serving one, if there is one). With
+  /// `keep_duplicate` a `c` that does not serve is still added, read and
+  /// kept until it closes, rather than dropped: its hello went out, and the
+  /// peer may already serve on it. (Two nodes dialing each other at once
+  /// each identify the other's dial first; dropping their own would close
+  /// the connection the other serves on, and both would lose the pair.)
   template <typename Setup>
-  Result<Ptr> add_dialed(NodeId node, Ptr c, Setup&& setup) {
+  Result<Ptr> add_dialed(NodeId node, Ptr c, Setup&& setup, bool keep_duplicate = false) {
     std::lock_guard<std::mutex> g(mu_);
-    if (Ptr first = serving_locked(node)) return first;
-    LT_RETURN_IF_ERROR(setup());
-    peers_[node] = c;
+    Ptr first = serving_locked(node);
+    if (first && !keep_duplicate) return first;
+    if (Status s = setup(); !s.is_ok()) {
+      if (first) return first;
+      return s;
+    }
     insert_locked(c);
+    if (first) return first;
+    peers_[node] = c;
     return c;
   }
 

@@ -36,16 +36,19 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
   seg->memfd.reset();  // the mappings keep the segment
 
   // Another thread or the peer itself may have connected first: that one
-  // serves, and this one is dropped.
-  auto served = conns_.add_dialed(peer.node, conn, [&]() -> Status {
-    uint64_t tag = reinterpret_cast<uintptr_t>(conn.get());
-    LT_RETURN_IF_ERROR(add_to_epoll(conn->my_bell_.get(), tag | kBellBit));
-    if (!add_to_epoll(conn->sock_.get(), tag).is_ok()) {
-      ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, conn->my_bell_.get(), nullptr);
-      return Code::kSys;
-    }
-    return Status::ok();
-  });
+  // serves here, and this one is kept for the peer, which may serve on it.
+  auto served = conns_.add_dialed(
+      peer.node, conn,
+      [&]() -> Status {
+        uint64_t tag = reinterpret_cast<uintptr_t>(conn.get());
+        LT_RETURN_IF_ERROR(add_to_epoll(conn->my_bell_.get(), tag | kBellBit));
+        if (!add_to_epoll(conn->sock_.get(), tag).is_ok()) {
+          ::epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, conn->my_bell_.get(), nullptr);
+          return Code::kSys;
+        }
+        return Status::ok();
+      },
+      true);
   if (!served) return served.status();
   return std::unique_ptr<Endpoint>(new ShmEndpoint(*served));
 }

@@ -121,8 +121,9 @@ Result<std::unique_ptr<Endpoint>> TcpTransport::connect(const PeerInfo& peer, De
   auto conn = std::make_shared<Conn>(this, std::move(fd.value()), peer.node, true);
   conn->rx_reserve(kInitialRx);
   // Another thread or the peer itself may have connected first: that one
-  // serves, and this one is dropped.
-  auto served = conns_.add_dialed(peer.node, conn, [&] { return add_to_epoll(conn.get()); });
+  // serves here, and this one is kept for the peer, which may serve on it.
+  auto served = conns_.add_dialed(
+      peer.node, conn, [&] { return add_to_epoll(conn.get()); }, true);
   if (!served) return served.status();
   return std::unique_ptr<Endpoint>(new TcpEndpoint(*served));
 }
