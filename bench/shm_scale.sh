@@ -22,10 +22,11 @@ echo "$out" | awk -v n="$N" '
   /shm_scale rank=/ {
     for (i = 1; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
     mapped += v["conn_mapped_kb"]; resident += v["conn_resident_kb"]; ranks++
+    busy += v["traffic_resident_kb"]; settled += v["settled_resident_kb"]
     if (v["conn_mapped_kb"] > max) max = v["conn_mapped_kb"]
   }
   END {
     if (ranks != n) { printf("shm_scale: %d of %d ranks reported\n", ranks, n); exit 1 }
-    printf("nodes=%d pairs=%d shm_conn_mapped_MiB=%.1f shm_conn_resident_MiB=%.1f per_node_max_MiB=%.1f\n",
-           n, n * (n - 1) / 2, mapped / 2 / 1024, resident / 2 / 1024, max / 1024)
+    printf("nodes=%d pairs=%d shm_conn_mapped_MiB=%.1f shm_conn_resident_MiB=%.1f per_node_max_MiB=%.1f after_traffic_resident_MiB=%.1f settled_resident_MiB=%.1f\n",
+           n, n * (n - 1) / 2, mapped / 2 / 1024, resident / 2 / 1024, max / 1024, busy / 2 / 1024, settled / 2 / 1024)
   }'

@@ -133,6 +133,12 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "shm: bytes of each direction's message ring per connection (a power of two, >= 4096); "
        "both rings live in one memfd segment",
        K::kU32, &c.shm.ring_bytes},
+      {"shm.ring_budget_bytes", "LTIER_SHM_RING_BUDGET_BYTES",
+       "shm: ring bytes small messages cycle through, shared among a process's connections: "
+       "each uses a window at the start of its ring, this divided by the number of "
+       "connections (a power of two, at least 16 KiB, at most shm.ring_bytes); a larger "
+       "message widens it for a while. 0: every connection uses its whole ring",
+       K::kU32, &c.shm.ring_budget_bytes},
       {"shm.max_msg_bytes", "LTIER_SHM_MAX_MSG_BYTES",
        "shm: largest message a post accepts; messages above a quarter of the ring travel in "
        "fragments and are reassembled by the receiver",

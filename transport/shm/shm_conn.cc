@@ -6,18 +6,23 @@
 
 namespace lt::transport::shm {
 
+// A record that does not fit before the window's end goes at ring offset 0,
+// after a pad to the ring's end (the pad's room is position space: the bytes
+// beyond the window are skipped, not written).
 bool ShmConn::single_fits_locked(size_t len) {
   uint64_t rec = record_bytes(len);
-  uint64_t contig = ring_ - (tx_head_ & mask_);
-  return room_locked(rec <= contig ? rec : contig + rec);
+  uint64_t idx = tx_head_ & mask_;
+  return room_locked(rec <= contig_locked(idx) ? rec : ring_ - idx + rec);
 }
 
 bool ShmConn::write_single_locked(const Gather& g, size_t len, uint32_t imm) {
   uint64_t rec = record_bytes(len);
-  uint64_t idx = tx_head_ & mask_, contig = ring_ - idx;
-  if (!room_locked(rec <= contig ? rec : contig + rec)) return false;
-  if (rec > contig) {
-    write_pad_locked(idx, contig);
+  fit_window_locked(rec);
+  uint64_t idx = tx_head_ & mask_, pad = ring_ - idx;
+  const bool wrap = rec > contig_locked(idx);
+  if (!room_locked(wrap ? pad + rec : rec)) return false;
+  if (wrap) {
+    write_pad_locked(idx, pad);
     idx = 0;
   }
   write_header(idx, RecKind::kMsg, len, imm, 0);
@@ -34,10 +39,11 @@ size_t ShmConn::write_frags_locked(const Gather& g, size_t total, uint32_t imm, 
   while (off < total) {
     uint64_t p = std::min<uint64_t>(total - off, max_frag_);
     uint64_t rec = record_bytes(p);
-    uint64_t idx = tx_head_ & mask_, contig = ring_ - idx;
-    if (contig < rec && contig < min_rec) {  // too little before the end: pad
-      if (!room_locked(contig)) break;
-      write_pad_locked(idx, contig);
+    fit_window_locked(rec);
+    uint64_t idx = tx_head_ & mask_, contig = contig_locked(idx);
+    if (contig < rec && contig < min_rec) {  // too little before the window's end: pad
+      if (!room_locked(ring_ - idx)) break;
+      write_pad_locked(idx, ring_ - idx);
       continue;
     }
     uint64_t room = std::min(rec, contig);
@@ -57,6 +63,46 @@ size_t ShmConn::write_frags_locked(const Gather& g, size_t total, uint32_t imm, 
     off += p;
   }
   return off;
+}
+
+// Poller, once a sweep, with the connection's current share of the ring
+// budget: narrows a wider window to it after a whole sweep interval without a
+// wide record, then frees the ring's pages beyond the window once the
+// consumer has taken every record that may lie there. The madvise runs
+// under the send lock (a poster waits for it) so that no poster widens the
+// window into pages being freed; it happens once per narrowing, a sweep
+// interval apart at most.
+void ShmConn::trim_window(uint64_t window) {
+  if (!send_lock_.try_lock()) return;
+  bool bell = false;
+  // The share changed (connections came or went). A larger one applies at
+  // once; a smaller one as a narrowing, once no wide record is in the way.
+  min_win_ = std::min(window, ring_);
+  if (win_ < min_win_) win_ = min_win_;
+  if (win_ > min_win_ && wide_records_ == trim_seen_) {
+    win_ = min_win_;
+    punch_ = true;
+    // Records beyond the new window lie before the head. If the head itself
+    // is beyond it, the next record there is the pad to the ring's end: write
+    // it now, so an idle connection's consumer passes it and the pages go.
+    const uint64_t idx = tx_head_ & mask_;
+    punch_at_ = tx_head_;
+    if (contig_locked(idx) == 0) {
+      punch_at_ += ring_ - idx;
+      if (backlog_.empty() && room_locked(ring_ - idx)) write_pad_locked(idx, ring_ - idx);
+      bell = publish_locked();
+    }
+  }
+  trim_seen_ = wide_records_;
+  if (punch_ && aref(tx_ctrl_->tail).load(std::memory_order_acquire) >= punch_at_) {
+    punch_ = false;
+    if (win_ < ring_ && ::madvise(tx_ring_ + win_, ring_ - win_, MADV_REMOVE) != 0) {
+      LT_DEBUG("shm: freeing ring pages of node %u's connection: %s", peer_.load(),
+               strerror(errno));
+    }
+  }
+  send_lock_.unlock();
+  if (bell) net::ring_eventfd(peer_bell_.get());
 }
 
 // Backlog policy: a message that fits in one record goes into the ring or is

@@ -251,6 +251,7 @@ class ShmConn {
     mask_ = ring_bytes - 1;
     max_rec_ = ring_bytes / 4;
     max_frag_ = max_rec_ - kRecHdr;
+    min_win_ = win_ = std::min<uint64_t>(t_->window_for(t_->conns_.size() + 1), ring_);
     auto* ctrl = reinterpret_cast<RingCtrl*>(seg + sizeof(SegHeader));
     std::byte* ring0 = seg + kCtrlBytes;
     std::byte* ring1 = ring0 + ring_bytes;
@@ -278,6 +279,8 @@ class ShmConn {
       old.swap(maps_);
     }
   }
+
+  void trim_window(uint64_t window);
 
   // Poller: flushes the backlog if the send lock is free. True when it wrote
   // something or could not look (a poster holds the lock).
@@ -350,6 +353,16 @@ class ShmConn {
   // Producer side, under send_lock_.
   uint64_t tx_head_ = 0, tx_tail_ = 0, tx_published_ = 0;
   uint64_t last_idx_ = 0;  // ring offset of the last record stamped
+  // The window: records go below ring offset win_ (a pad skips the rest of
+  // the ring), so a connection that carries small messages touches win_
+  // bytes of its ring, not all of it. min_win_ is the connection's share of
+  // shm.ring_budget_bytes; a larger record widens the window, and
+  // trim_window() narrows it to the share again and frees the pages beyond.
+  uint64_t win_ = 0, min_win_ = 0;
+  uint64_t wide_records_ = 0;  // records that wanted more than min_win_, so far
+  uint64_t trim_seen_ = 0;     // wide_records_ at the last trim_window()
+  uint64_t punch_at_ = 0;      // punch_: free the pages beyond min_win_ once the tail is here
+  bool punch_ = false;
 
  private:
   struct Pending {  // a message or its unsent rest: bytes [base, total) in buf
@@ -385,6 +398,21 @@ class ShmConn {
     uint32_t& w = tx_ctrl_->want_data;
     return aref(w).load(std::memory_order_seq_cst) != 0 &&
            aref(w).exchange(0, std::memory_order_seq_cst) != 0;
+  }
+  // Widens the window for a record of `rec` bytes so that four of them fit,
+  // as in a whole ring (max_rec_ is a quarter of it).
+  void fit_window_locked(uint64_t rec) {
+    if (rec * 4 <= min_win_) return;
+    ++wide_records_;
+    while (win_ < rec * 4 && win_ < ring_) win_ <<= 1;
+    punch_ = false;
+  }
+  // Bytes a record may take from ring offset idx on. A narrowed window ends a
+  // record alignment early, so the pad that follows is inside it too and the
+  // pages beyond stay untouched.
+  uint64_t contig_locked(uint64_t idx) const {
+    const uint64_t end = win_ < ring_ ? win_ - kRecAlign : ring_;
+    return end > idx ? end - idx : 0;
   }
   bool room_locked(uint64_t need) {
     if (tx_head_ + need - tx_tail_ <= ring_) return true;

@@ -42,6 +42,7 @@ inline constexpr size_t kCtrlBytes = 4096;
 inline constexpr size_t kRecAlign = 64;
 inline constexpr uint32_t kMinRingBytes = 4096;
 inline constexpr uint32_t kMaxRingBytes = 1u << 30;
+inline constexpr uint64_t kMinWindow = 16u << 10;  // smallest share of shm.ring_budget_bytes
 
 /// Start of the segment; written once by the connector before it is shared.
 struct SegHeader {

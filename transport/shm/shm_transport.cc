@@ -356,6 +356,10 @@ size_t ShmTransport::poll(std::span<Completion> out) {
     next_events_ns_ = now + kEventCheckNs;
     if (now >= next_sweep_ns_) {
       sweep_unidentified(now);
+      const uint64_t window = window_for(conns_.snapshot().size());
+      for (const auto& c : conns_.snapshot()) {
+        if (c->mapped() && !c->closed_) c->trim_window(window);
+      }
       next_sweep_ns_ = now + kSweepNs;
     }
   }

@@ -34,7 +34,9 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -127,6 +129,15 @@ class ShmTransport final : public Transport {
   net::Fd awake_fd_;  // readable while not armed
   dev_t memfd_dev_ = 0;
   uint64_t max_single_ = 0;  // largest payload sent as one record
+  // A connection's ring window while `conns` connections share
+  // shm.ring_budget_bytes: the budget's share, a power of two in
+  // [kMinWindow, the ring]; the whole ring without a budget.
+  uint64_t window_for(size_t conns) const {
+    const uint64_t r = config_.ring_bytes, b = config_.ring_budget_bytes;
+    if (b == 0) return r;
+    const uint64_t share = std::bit_floor(std::max<uint64_t>(b / std::max<size_t>(conns, 1), 1));
+    return std::min(r, std::max(share, kMinWindow));
+  }
   std::atomic<NodeId> self_{kNoNode};
   std::atomic<uint64_t> token_{0};
   std::atomic<uint64_t> malformed_{0};
