@@ -257,6 +257,15 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
   return progress;
 }
 
+// Hands every connection its share of shm.ring_budget_bytes (ShmConn::trim_window).
+void ShmTransport::trim_windows() {
+  const auto& list = conns_.snapshot();
+  const uint64_t window = window_for(list.size());
+  for (const auto& c : list) {
+    if (c->mapped() && !c->closed_) c->trim_window(window);
+  }
+}
+
 void ShmTransport::kick() { net::ring_eventfd(awake_fd_.get()); }
 
 // Going to sleep: ask every producer to ring our bell, then look once more
@@ -342,6 +351,7 @@ size_t ShmTransport::poll(std::span<Completion> out) {
   }
   if (conns_.changed()) {
     conns_.refresh();
+    trim_windows();  // the shares changed
     active = true;
   }
   // The clock (tens of ns on a VM) is read every kClockPolls-th poll: a
@@ -356,10 +366,7 @@ size_t ShmTransport::poll(std::span<Completion> out) {
     next_events_ns_ = now + kEventCheckNs;
     if (now >= next_sweep_ns_) {
       sweep_unidentified(now);
-      const uint64_t window = window_for(conns_.snapshot().size());
-      for (const auto& c : conns_.snapshot()) {
-        if (c->mapped() && !c->closed_) c->trim_window(window);
-      }
+      trim_windows();
       next_sweep_ns_ = now + kSweepNs;
     }
   }

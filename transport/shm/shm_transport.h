@@ -118,6 +118,7 @@ class ShmTransport final : public Transport {
   void disarm();
   void kick();  // makes wait_fd readable (another thread made work for the poller)
   void sweep_unidentified(uint64_t now);
+  void trim_windows();
   Status add_to_epoll(int fd, uint64_t tag);
 
   ShmConfig config_;
