@@ -19,6 +19,19 @@ uint64_t apply_atomic(std::byte* p, AtomicKind kind, uint64_t operand, uint64_t 
   w.compare_exchange_strong(expected, operand, std::memory_order_acq_rel);
   return expected;  // the prior value, whether or not the swap happened
 }
+
+// The 8-byte atomic on word `off` of the region `rkey` names, its prior value into *old.
+WorkRequest atomic_wr(AtomicKind kind, uint64_t off, uint64_t rkey, uint64_t operand,
+                      uint64_t compare, uint64_t* old) {
+  WorkRequest wr;
+  wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
+  wr.num_sge = 1;
+  wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
+  wr.remote = {off, rkey};
+  wr.operand = operand;
+  wr.compare = compare;
+  return wr;
+}
 }  // namespace
 
 // An atomic on this node's LMR `l` (checked): by the device in the kDevice
@@ -35,14 +48,7 @@ Status Engine::local_atomic(LocalLmr& l, uint64_t off, AtomicKind kind, uint64_t
     *old = apply_atomic(l.mem + off, kind, operand, compare);
     return Status::ok();
   }
-  WorkRequest wr;
-  wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
-  wr.num_sge = 1;
-  wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
-  wr.remote = {off, rkey};
-  wr.operand = operand;
-  wr.compare = compare;
-  return dev->local_atomic(wr);
+  return dev->local_atomic(atomic_wr(kind, off, rkey, operand, compare, old));
 }
 
 // The part of an atomic that needs no request (aligned, rights checked).
@@ -57,14 +63,7 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
   EndpointRef ep;
   uint64_t rkey = 0;
   if (!native_endpoint(m, &ep, &rkey) || !peers_.native_atomics(m.owner)) return false;
-  WorkRequest wr;
-  wr.op = kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
-  wr.num_sge = 1;
-  wr.sge[0] = {reinterpret_cast<std::byte*>(old), sizeof(uint64_t), 0};
-  wr.remote = {off, rkey};
-  wr.operand = operand;
-  wr.compare = compare;
-  *s = native_op(m, rkey, ep.get(), wr);
+  *s = native_op(m, rkey, ep.get(), atomic_wr(kind, off, rkey, operand, compare, old));
   return true;
 }
 

@@ -15,6 +15,19 @@ namespace lt::proto {
 
 using transport::WorkRequest;
 
+namespace {
+// One chunk of a native memset or memcpy: a write of buf to, or a read into
+// buf from, `n` bytes at `off` of the region `rkey` names.
+WorkRequest chunk_wr(bool write, std::byte* buf, uint32_t n, uint64_t off, uint64_t rkey) {
+  WorkRequest wr;
+  wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
+  wr.num_sge = 1;
+  wr.sge[0] = {buf, n, 0};
+  wr.remote = {off, rkey};
+  return wr;
+}
+}  // namespace
+
 // The part of a read or write that needs no request: the LMR is this
 // node's (memcpy under its store entry) or a same-host peer's over a
 // one-sided transport (native). False: it must go as a request. `m` is
@@ -147,12 +160,7 @@ bool Engine::memset_now(const Mapping& m, uint64_t off, uint8_t value, uint64_t 
   *s = Status::ok();
   for (uint64_t done = 0; done < len && s->is_ok();) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kChunk, len - done));
-    WorkRequest wr;
-    wr.op = transport::Op::kWrite;
-    wr.num_sge = 1;
-    wr.sge[0] = {fill.get(), n, 0};
-    wr.remote = {off + done, rkey};
-    *s = native_op(m, rkey, ep.get(), wr);
+    *s = native_op(m, rkey, ep.get(), chunk_wr(true, fill.get(), n, off + done, rkey));
     done += n;
   }
   return true;
@@ -212,12 +220,7 @@ bool Engine::memcpy_now(const Mapping& d, uint64_t doff, const Mapping& s, uint6
   if (s.owner != self() && !native_endpoint(s, &sep, &skey)) return false;
   auto one = [&](bool write, const Mapping& m, uint64_t rkey, transport::Endpoint* ep, uint64_t off,
                  std::byte* buf, uint64_t n) {
-    WorkRequest wr;
-    wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
-    wr.num_sge = 1;
-    wr.sge[0] = {buf, static_cast<uint32_t>(n), 0};
-    wr.remote = {off, rkey};
-    return native_op(m, rkey, ep, wr);
+    return native_op(m, rkey, ep, chunk_wr(write, buf, static_cast<uint32_t>(n), off, rkey));
   };
   constexpr uint64_t kChunk = 64u << 10;  // also what one post may carry (below 4 GiB)
   if (s.owner == self() || d.owner == self()) {

@@ -361,7 +361,7 @@ class ShmConn {
   uint64_t win_ = 0, min_win_ = 0;
   uint64_t wide_records_ = 0;  // records that wanted more than min_win_, so far
   uint64_t trim_seen_ = 0;     // wide_records_ at the last trim_window()
-  uint64_t punch_at_ = 0;      // punch_: free the pages beyond min_win_ once the tail is here
+  uint64_t punch_at_ = 0;      // punch_: free the pages beyond the window once the tail is here
   bool punch_ = false;
 
  private:
