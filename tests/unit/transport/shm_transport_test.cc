@@ -23,11 +23,14 @@
 #include "common/time.h"
 #include "transport/factory.h"
 #include "transport/transport.h"
+#include "transport_harness.h"
 
 extern char** environ;
 
 namespace lt::transport {
 namespace {
+
+using test::poll_once;
 
 constexpr uint64_t kToken = 0x5eed5eed12345678ull;
 constexpr uint64_t kWaitMs = 10000;
@@ -57,15 +60,6 @@ WorkRequest send_wr(const void* p, size_t len) {
   wr.num_sge = 1;
   wr.sge[0] = Sge{static_cast<const std::byte*>(p), static_cast<uint32_t>(len), 0};
   return wr;
-}
-
-// Polls `t` once and hands every completion to `f`; returns how many.
-size_t pump(Transport* t, const std::function<void(const Completion&)>& f) {
-  std::array<Completion, 32> cq;
-  size_t n = t->poll(cq);
-  for (size_t i = 0; i < n; ++i) f(cq[i]);
-  t->release_rx(std::span<const Completion>(cq.data(), n));
-  return n;
 }
 
 // Blocks on wait_fd() for at most `ms`; false on timeout.
@@ -141,8 +135,8 @@ TEST(ShmTransportTest, NothingAppearsInDevShm) {
   bool got = false;
   Deadline d = Deadline::after_ms(kWaitMs);
   while (!got && !d.expired()) {
-    pump(a.get(), [](const Completion&) {});
-    pump(b.get(), [&](const Completion& c) { got |= c.kind == CqKind::kRecv; });
+    poll_once(a.get(), [](const Completion&) {});
+    poll_once(b.get(), [&](const Completion& c) { got |= c.kind == CqKind::kRecv; });
   }
   EXPECT_TRUE(got);
   EXPECT_EQ(dev_shm_names(), before);
@@ -172,7 +166,7 @@ TEST(ShmTransportTest, PingPongWithBlockingWaitsLosesNoWakeUp) {
     std::unique_ptr<Endpoint> ba;
     uint64_t seen = 0;
     while (!stop.load() && seen < kRounds) {
-      size_t n = pump(b.get(), [&](const Completion& c) {
+      size_t n = poll_once(b.get(), [&](const Completion& c) {
         if (c.kind != CqKind::kRecv) return;
         if (!ba) {
           auto r = b->connect(peer(1, ""), Deadline::after_ms(kWaitMs));
@@ -206,7 +200,7 @@ TEST(ShmTransportTest, PingPongWithBlockingWaitsLosesNoWakeUp) {
     }
     Deadline d = Deadline::after_ms(kWaitMs);
     while (got <= i && !d.expired()) {
-      size_t n = pump(a.get(), [&](const Completion& c) {
+      size_t n = poll_once(a.get(), [&](const Completion& c) {
         if (c.kind != CqKind::kRecv) return;
         uint64_t v;
         std::memcpy(&v, c.rx, sizeof(v));
@@ -242,7 +236,7 @@ TEST(ShmTransportTest, BlockedSenderIsWokenForRingSpace) {
     Deadline d = Deadline::after_ms(4 * kWaitMs);
     bool got = false;
     while (!got && !d.expired()) {
-      size_t n = pump(b.get(), [&](const Completion& c) {
+      size_t n = poll_once(b.get(), [&](const Completion& c) {
         if (c.kind != CqKind::kRecv) return;
         intact = c.len == big.size() && std::memcmp(c.rx, big.data(), big.size()) == 0;
         got = true;
@@ -262,7 +256,8 @@ TEST(ShmTransportTest, BlockedSenderIsWokenForRingSpace) {
   Deadline d = Deadline::after_ms(4 * kWaitMs);
   bool answered = false;
   while (!answered && !d.expired()) {
-    size_t n = pump(a.get(), [&](const Completion& c) { answered |= c.kind == CqKind::kRecv; });
+    size_t n =
+        poll_once(a.get(), [&](const Completion& c) { answered |= c.kind == CqKind::kRecv; });
     if (n == 0 && !answered && !wait_readable(a.get(), 10000)) timeouts.fetch_add(1);
   }
   receiver.join();
@@ -312,7 +307,7 @@ TEST(ShmChildProcess, StreamUntilKilled) {
     if (!posted.is_ok()) break;
     seq += *posted;
     if (*posted == 0) {
-      pump(t.get(), [](const Completion&) {});
+      poll_once(t.get(), [](const Completion&) {});
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -360,7 +355,7 @@ TEST(ShmTransportTest, KilledPeerProcessIsLost) {
   };
   Deadline d = Deadline::after_ms(kWaitMs);
   while (next < 2000 && !d.expired()) {
-    if (pump(t.get(), on) == 0) wait_readable(t.get(), 5);
+    if (poll_once(t.get(), on) == 0) wait_readable(t.get(), 5);
   }
   auto ep = t->connect(peer(7, ""), Deadline::after_ms(kWaitMs));  // the inbound connection
   // The child's ops on our region were done before its first message.
@@ -388,11 +383,11 @@ TEST(ShmTransportTest, KilledPeerProcessIsLost) {
   EXPECT_EQ(std::memcmp(back, "child-region", 12), 0);
   d = Deadline::after_ms(kWaitMs);
   while (lost.empty() && !d.expired()) {
-    if (pump(t.get(), on) == 0) wait_readable(t.get(), 5);
+    if (poll_once(t.get(), on) == 0) wait_readable(t.get(), 5);
   }
   ASSERT_EQ(lost, std::vector<NodeId>{7}) << "no kPeerLost for the killed process";
   for (int i = 0; i < 20; ++i) {
-    pump(t.get(), on);
+    poll_once(t.get(), on);
     wait_readable(t.get(), 1);
   }
   EXPECT_EQ(lost.size(), 1u);
@@ -453,7 +448,7 @@ TEST(ShmTransportTest, PlacementWritesRegisteredMemoryBeforeLaterMessages) {
     bool seen = false;
     Deadline d = Deadline::after_ms(kWaitMs);
     while (!seen && !d.expired()) {
-      pump(b, [&](const Completion& c) {
+      poll_once(b, [&](const Completion& c) {
         if (c.kind != CqKind::kRecv) return;
         uint64_t v;
         std::memcpy(&v, c.rx, sizeof(v));

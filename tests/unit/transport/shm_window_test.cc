@@ -19,9 +19,12 @@
 #include "common/time.h"
 #include "transport/factory.h"
 #include "transport/transport.h"
+#include "transport_harness.h"
 
 namespace lt::transport {
 namespace {
+
+using test::poll_once;
 
 constexpr uint64_t kToken = 0x5eed5eed87654321ull;
 constexpr uint64_t kWaitMs = 20000;
@@ -57,14 +60,6 @@ uint64_t conn_resident_kb() {
   return kb;
 }
 
-size_t pump(Transport* t, const std::function<void(const Completion&)>& f) {
-  std::array<Completion, 32> cq;
-  size_t n = t->poll(cq);
-  for (size_t i = 0; i < n; ++i) f(cq[i]);
-  t->release_rx(std::span<const Completion>(cq.data(), n));
-  return n;
-}
-
 struct Pair {
   std::unique_ptr<Transport> a, b;
   std::unique_ptr<Endpoint> ab;
@@ -74,10 +69,7 @@ struct Pair {
   // b may be another pair's: a then dials a transport that already serves.
   explicit Pair(uint32_t budget, std::unique_ptr<Transport> from = nullptr, NodeId to = 2)
       : a(from ? std::move(from) : make(1, budget)), b(make(to, budget)) {
-    PeerInfo p;
-    p.node = to;
-    p.addresses = {{"shm", b->local_address()}};
-    auto ep = a->connect(p, Deadline::after_ms(kWaitMs));
+    auto ep = a->connect(test::shm_peer(to, b->local_address()), Deadline::after_ms(kWaitMs));
     EXPECT_TRUE(ep.is_ok()) << ep.status().name();
     if (ep.is_ok()) ab = std::move(ep).value();
   }
@@ -85,8 +77,8 @@ struct Pair {
   // Receives on b; every message starts with its sequence number and holds
   // that number's low byte after it.
   void drain() {
-    pump(a.get(), [](const Completion&) {});
-    pump(b.get(), [&](const Completion& c) {
+    poll_once(a.get(), [](const Completion&) {});
+    poll_once(b.get(), [&](const Completion& c) {
       if (c.kind != CqKind::kRecv) return;
       uint64_t seq = ~uint64_t{0};
       if (c.len >= sizeof(seq)) std::memcpy(&seq, c.rx, sizeof(seq));
@@ -194,9 +186,9 @@ TEST(ShmWindowTest, ConnectionsShareTheBudget) {
   std::vector<std::unique_ptr<Endpoint>> eps;
   std::vector<uint64_t> sent(kPeers, 0), got(kPeers, 0);
   auto poll_all = [&] {
-    pump(a.get(), [](const Completion&) {});
+    poll_once(a.get(), [](const Completion&) {});
     for (size_t i = 0; i < peers.size(); ++i) {
-      pump(peers[i].get(), [&](const Completion& c) { got[i] += c.kind == CqKind::kRecv; });
+      poll_once(peers[i].get(), [&](const Completion& c) { got[i] += c.kind == CqKind::kRecv; });
     }
   };
   std::vector<std::byte> buf(1000);
@@ -208,10 +200,8 @@ TEST(ShmWindowTest, ConnectionsShareTheBudget) {
   for (size_t i = 0; i < kPeers; ++i) {
     peers.push_back(make(static_cast<NodeId>(2 + i), kBudget));
     ASSERT_NE(peers.back(), nullptr);
-    PeerInfo p;
-    p.node = static_cast<NodeId>(2 + i);
-    p.addresses = {{"shm", peers.back()->local_address()}};
-    auto ep = a->connect(p, Deadline::after_ms(kWaitMs));
+    auto ep = a->connect(test::shm_peer(static_cast<NodeId>(2 + i), peers.back()->local_address()),
+                         Deadline::after_ms(kWaitMs));
     ASSERT_TRUE(ep.is_ok()) << ep.status().name();
     eps.push_back(std::move(ep).value());
     // Two laps of the ring in 1000-byte messages over every connection so far.

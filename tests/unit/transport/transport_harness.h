@@ -142,6 +142,16 @@ inline Result<std::unique_ptr<Transport>> make_ud_lossy() {
   return make_ud_transport(c);
 }
 
+// Polls `t` once, hands every completion to `f` and releases them; returns
+// how many there were.
+inline size_t poll_once(Transport* t, const std::function<void(const Completion&)>& f) {
+  std::array<Completion, 32> cq;
+  size_t n = t->poll(cq);
+  for (size_t i = 0; i < n; ++i) f(cq[i]);
+  t->release_rx(std::span<const Completion>(cq.data(), n));
+  return n;
+}
+
 // Deterministic message contents: byte j of the message with `seed`.
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
