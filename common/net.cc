@@ -11,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -171,9 +170,20 @@ Status read_all(int fd, void* p, size_t n, Deadline d) {
 }
 
 std::string host_id() {
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
+  // The boot id is fixed for the life of the process: read once (the first
+  // join paid an ifstream per call). The network namespace is looked at on
+  // every call, since a process may move between namespaces.
+  static const std::string boot = [] {
+    char buf[64] = {};
+    ssize_t n = -1;
+    if (int fd = ::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC); fd >= 0) {
+      n = ::read(fd, buf, sizeof(buf) - 1);
+      ::close(fd);
+    }
+    std::string b(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    if (!b.empty() && b.back() == '\n') b.pop_back();
+    return b;
+  }();
   struct stat st {};
   unsigned long long ns = 0;
   if (stat("/proc/self/ns/net", &st) == 0) ns = static_cast<unsigned long long>(st.st_ino);

@@ -29,7 +29,10 @@ class WaitSets {
         manager_fd_(manager_fd),
         wake_fd_(wake_fd),
         on_manager_(std::move(on_manager)) {
-    for (auto& t : transports) add(all_, t->wait_fd(), kTransport);
+    for (size_t i = 0; i < transports.size(); ++i) {
+      transports_.push_back(transports[i].get());
+      add(all_, transports[i]->wait_fd(), kTransport + static_cast<uint32_t>(i));
+    }
     for (int set : {all_, park_}) {
       add(set, manager_fd, kManager);
       add(set, wake_fd, kWake);
@@ -62,7 +65,8 @@ class WaitSets {
   }
 
  private:
-  static constexpr uint32_t kTransport = 0, kManager = 1, kWake = 2, kTimer = 3;
+  // Transport i is tagged kTransport + i.
+  static constexpr uint32_t kManager = 0, kWake = 1, kTimer = 2, kTransport = 3;
   static void add(int set, int fd, uint32_t tag) {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -78,11 +82,14 @@ class WaitSets {
         }
       } else if (evs[i].data.u32 == kWake) {
         net::drain_eventfd(wake_fd_);
+      } else if (evs[i].data.u32 >= kTransport) {
+        transports_[evs[i].data.u32 - kTransport]->woken();
       }
     }
   }
 
   const int all_, park_;
+  std::vector<transport::Transport*> transports_;
   int manager_fd_;
   const int wake_fd_;
   std::function<bool()> on_manager_;

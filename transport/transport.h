@@ -326,6 +326,10 @@ class Transport {
   virtual void flush() {}
   /// Readable when poll() has work; block on it once the spin budget is spent.
   virtual int wait_fd() const = 0;
+  /// A sleep on wait_fd() just ended because it became readable: the next
+  /// poll() must look at everything it may skip on a spinning caller's pass.
+  /// Any thread.
+  virtual void woken() {}
   /// What it holds now; any thread. The default counts nothing.
   virtual TransportStats stats() const { return {}; }
 };

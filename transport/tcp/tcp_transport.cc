@@ -259,7 +259,12 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   // can have news: look at it every kIdlePolls-th pass rather than paying an
   // epoll_wait (and a clock read) on every pass of a caller spinning for
   // other transports. A new inbound connection waits a few microseconds.
-  if (conns_.size() == 0 && ready_.empty() && !conns_.has_pending() &&
+  // After a sleep on wait_fd() (woken()), epoll is asked at once: the
+  // progress thread was woken for a reason, and skipping would make a
+  // sleeping engine's first accept wait out the whole count.
+  const bool look = epoll_now_.load(std::memory_order_relaxed) &&
+                    epoll_now_.exchange(false, std::memory_order_relaxed);
+  if (!look && conns_.size() == 0 && ready_.empty() && !conns_.has_pending() &&
       ++idle_polls_ % kIdlePolls != 0) {
     return n;
   }
@@ -270,7 +275,8 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   // EPOLLOUT and sweeps.
   const auto& list = conns_.changed() ? conns_.refresh() : conns_.snapshot();
   // (With no connection there is nothing to try: the listener needs epoll.)
-  if (!list.empty() && list.size() <= kDirectPollConns && ++direct_polls_ % kEpollEvery != 0) {
+  if (!look && !list.empty() && list.size() <= kDirectPollConns &&
+      ++direct_polls_ % kEpollEvery != 0) {
     for (auto& sp : list) {
       Conn* c = sp.get();
       if (c->closed_ || c->in_ready_) continue;

@@ -83,6 +83,7 @@ class TcpTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  void woken() override { epoll_now_.store(true, std::memory_order_relaxed); }
   TransportStats stats() const override {
     TransportStats s;
     s.connections = conns_.size();
@@ -144,6 +145,9 @@ class TcpTransport final : public Transport {
   size_t read_ready(std::span<Completion> out, size_t n);
   uint32_t idle_polls_ = 0;
   static constexpr uint32_t kIdlePolls = 1024;  // listener-only: epoll_wait every 1024th poll
+  // Set by woken(): the next poll() asks epoll at once, whatever the counters
+  // say, so a sleeping engine accepts a new connection in one pass.
+  std::atomic<bool> epoll_now_{false};
   void sweep_unidentified();
 
   // Connections holding corked frames (kWrMore), for flush().
