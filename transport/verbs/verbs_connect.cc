@@ -253,17 +253,26 @@ Result<std::unique_ptr<Endpoint>> VerbsTransport::connect(const PeerInfo& peer, 
   auto conn = dial(peer, mine.at_ns() < d.at_ns() ? mine : d);
   if (!conn) return conn.status();
   VerbsConn* raw = conn->get();
-  auto served = conns_.add_dialed(peer.node, *conn, [&] { return watch(*conn); });
-  if (!served) {
-    conns_.add_accepted(*conn, [] { return true; });  // the poller closes and sweeps it
+  // If a connection serves the node by now (the peer dialed us at the same
+  // time and its kReady came first), ours is kept all the same: the peer may
+  // have identified our dial first and serve on it, so closing it would
+  // break the connection the peer uses, and both nodes would lose the pair.
+  // Each side then posts on the one it identified first, and both stay
+  // watched until the peer goes away.
+  bool watched = false;
+  auto served = conns_.add_dialed(
+      peer.node, *conn,
+      [&] {
+        Status s = watch(*conn);
+        watched = s.is_ok();
+        return s;
+      },
+      true);
+  if (!watched) {
+    // Not in the table: its channels are, and the poller closes and sweeps them.
+    conns_.add_accepted(*conn, [] { return true; });
     break_conn(raw);
-    return served.status();
-  }
-  if (served->get() != raw) {
-    // Another connection serves the node by now: this one closes, and since
-    // it never served, its closing is not the peer lost.
-    conns_.add_accepted(*conn, [&] { return watch(*conn).is_ok(); });
-    break_conn(raw);
+    if (!served) return served.status();
   }
   return std::unique_ptr<Endpoint>(new ConnEndpoint<VerbsConn>(*served));
 }

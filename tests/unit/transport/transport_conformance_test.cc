@@ -720,6 +720,53 @@ TEST_P(TransportConformance, SimultaneousConnectFromBothSides) {
   EXPECT_FALSE(bc->alive());
 }
 
+// Two nodes dial each other on two threads at the same moment, so each one's
+// dial may complete while the other's is being identified. Whichever
+// connection each side ends up posting on, neither is closed under the
+// other: messages flow both ways and no side hears its peer lost.
+TEST_P(TransportConformance, ConcurrentDialsKeepThePairUp) {
+  for (NodeId round = 0; round < 4; ++round) {
+    Side* c = add_side(10 + 2 * round);
+    Side* d = add_side(11 + 2 * round);
+    ASSERT_NE(c, nullptr);
+    ASSERT_NE(d, nullptr);
+    std::atomic<int> ready{0};
+    std::unique_ptr<Endpoint> dc;
+    std::thread other([&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      dc = connect(d, c);
+    });
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    auto cd = connect(c, d);
+    other.join();
+    ASSERT_NE(cd, nullptr);
+    ASSERT_NE(dc, nullptr);
+    auto m1 = pattern(200, 60 + round), m2 = pattern(300, 70 + round);
+    for (int i = 0; i < 3; ++i) {
+      size_t at_c = c->rx.size(), at_d = d->rx.size();
+      ASSERT_TRUE(post_one(cd.get(), send_wr(1, m1.data(), m1.size())).is_ok()) << round;
+      ASSERT_TRUE(post_one(dc.get(), send_wr(2, m2.data(), m2.size())).is_ok()) << round;
+      ASSERT_TRUE(pump_until([&] { return c->rx.size() > at_c && d->rx.size() > at_d; }))
+          << "round " << round;
+      EXPECT_EQ(d->rx.back().data, m1);
+      EXPECT_EQ(c->rx.back().data, m2);
+    }
+    // Long enough for a closed duplicate's EOF to reach its peer.
+    for (int i = 0; i < 20; ++i) {
+      pump_once();
+      wait_any(Deadline::after_ms(1));
+    }
+    EXPECT_FALSE(has(c->lost, d->node)) << "round " << round;
+    EXPECT_FALSE(has(d->lost, c->node)) << "round " << round;
+    EXPECT_TRUE(cd->alive());
+    EXPECT_TRUE(dc->alive());
+  }
+}
+
 TEST_P(TransportConformance, AllocMemoryIsUsableLocally) {
   auto mr = a_->t->alloc_memory(10000, kRemoteAll);
   ASSERT_TRUE(mr.is_ok()) << mr.status().name();
