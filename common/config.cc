@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "common/qos_yaml.h"
+
 namespace lt {
 
 std::vector<ConfigKey> config_keys(Config& c) {
@@ -186,6 +188,9 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "not block)",
        K::kU32, &c.engine.rpc_workers},
       {"qos.tenant", "LTIER_TENANT", "tenant this process joins as", K::kString, &c.qos.tenant},
+      {"qos.class", "LTIER_QOS_CLASS",
+       "class of this process's calls (one its tenant may use); empty: the tenant's default",
+       K::kString, &c.qos.default_class},
       {"qos.max_outstanding_ops", "LTIER_MAX_OUTSTANDING_OPS",
        "tenant quota on operations in flight (LT_ERR_QUOTA above it)", K::kU32,
        &c.qos.max_outstanding_ops},
@@ -237,7 +242,7 @@ bool is_section(const std::string& path, const std::vector<ConfigKey>& keys) {
 }
 
 Status walk(const YAML::Node& node, const std::string& prefix, std::vector<ConfigKey>& keys,
-            std::string* error) {
+            QosPolicy* qos, std::string* error) {
   if (!node.IsMap()) {
     if (error) *error = (prefix.empty() ? std::string("top level") : prefix) + ": expected a map";
     return Code::kInvalidArg;
@@ -245,6 +250,10 @@ Status walk(const YAML::Node& node, const std::string& prefix, std::vector<Confi
   for (const auto& kv : node) {
     std::string name = kv.first.as<std::string>();
     std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (is_qos_list(path)) {
+      LT_RETURN_IF_ERROR(parse_qos_list(kv.second, path, qos, error));
+      continue;
+    }
     if (kv.second.IsMap()) {
       // Only into sections that exist: an alias may make a map contain
       // itself (tcp: &t {x: *t}), and a chain of aliases can make the tree
@@ -253,7 +262,7 @@ Status walk(const YAML::Node& node, const std::string& prefix, std::vector<Confi
         if (error) *error = "unknown config section '" + path + "' (see ltier-info --config)";
         return Code::kInvalidArg;
       }
-      LT_RETURN_IF_ERROR(walk(kv.second, path, keys, error));
+      LT_RETURN_IF_ERROR(walk(kv.second, path, keys, qos, error));
       continue;
     }
     const ConfigKey* key = nullptr;
@@ -280,11 +289,14 @@ Status load_config_text(const std::string& text, Config* out, std::string* error
   auto keys = config_keys(c);
   try {
     YAML::Node root = YAML::Load(text);
-    if (root.IsDefined() && !root.IsNull()) LT_RETURN_IF_ERROR(walk(root, "", keys, error));
+    if (root.IsDefined() && !root.IsNull()) {
+      LT_RETURN_IF_ERROR(walk(root, "", keys, &c.qos.policy, error));
+    }
   } catch (const YAML::Exception& e) {
     if (error) *error = std::string("YAML: ") + e.what();
     return Code::kInvalidArg;
   }
+  LT_RETURN_IF_ERROR(validate_qos_policy(c.qos.policy, error));
   *out = std::move(c);
   return Status::ok();
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/qos_config.h"
 #include "common/status.h"
 
 namespace lt {
@@ -84,7 +85,9 @@ struct EngineConfig {
 
 struct QosConfig {
   std::string tenant = "default";
+  std::string default_class;            // this process's class; empty: the tenant's default
   uint32_t max_outstanding_ops = 4096;  // per-tenant quota on in-flight operations
+  QosPolicy policy;                     // qos.classes and qos.tenants (common/qos_config.h)
 };
 
 struct Config {

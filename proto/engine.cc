@@ -102,6 +102,12 @@ Status Engine::join() {
     return Code::kInvalidArg;
   }
   if (!membership_) return Code::kInvalidArg;  // cluster.backend (logged by make_membership)
+  // The QoS policy for this tenant, before anything starts: a bad tenant or
+  // class refuses the join with nothing half-configured.
+  if (std::string why; !sched_.start(&why).is_ok()) {
+    LT_ERROR("join: %s", why.c_str());
+    return Code::kInvalidArg;
+  }
   uint32_t rank = kNoRank;
   if (const std::string& r = config_.cluster.rank; !r.empty()) {
     char* end = nullptr;

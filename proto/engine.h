@@ -259,16 +259,21 @@ class Engine {
   // the application reads.
   void apply_events(const std::vector<Membership::Event>& events);
 
+  Result<LmrHandle> malloc_held(NodeId node, uint64_t size, uint32_t rights, Deadline d);
+
   // ---- request_ops.cc: requests, waiting
-  Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id) {
+  // `bytes`: the payload, which a throttled QoS class pays tokens for.
+  Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id, uint64_t bytes = 0) {
     if (expelled_.load(std::memory_order_relaxed)) return Code::kClosed;
-    LT_RETURN_IF_ERROR(sched_.admit());
+    qos::Ticket ticket;
+    LT_RETURN_IF_ERROR(sched_.admit(bytes, default_deadline(), &ticket));
     auto r = client_.requests.claim(kind, peer, id);
     if (!r) {
-      sched_.retire();
+      sched_.retire(ticket);
       return r.status();
     }
     (*r)->admitted = true;
+    (*r)->ticket = ticket;
     return r;
   }
   Result<ReqId> done_request(Status s);
@@ -286,6 +291,7 @@ class Engine {
   }
   void finish(Request* r, Status s) {
     drop_placement(r);
+    if (r->ticket.cls != qos::Ticket::kNone) sched_.complete(r->ticket, now_ns());  // its RTT
     r->complete(s);
   }
   void release(Request* r);
@@ -392,7 +398,7 @@ class Engine {
                           MsgCreditGuard& credit);
   // A send complete once posted needs a request only for send_async: none
   // (id 0) with no_request; end_send completes it with the post's status.
-  Result<Request*> send_request_slot(bool no_request, ReqId* id);
+  Result<Request*> send_request_slot(bool no_request, ReqId* id, uint64_t bytes);
   Result<ReqId> end_send(Request* r, ReqId id, Status s);
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b);

@@ -20,6 +20,7 @@
 #include "proto/lmr/lmr.h"
 #include "proto/msg.h"
 #include "proto/wait.h"
+#include "qos/scheduler.h"
 #include "transport/transport.h"
 
 namespace lt::proto {
@@ -70,6 +71,7 @@ struct Request {
   ReqKind kind = ReqKind::kPlain;
   Code status = Code::kOk;
   bool admitted = false;  // holds a scheduler admission, returned at release
+  qos::Ticket ticket;     // its QoS class and start, with QoS on
   std::byte* out = nullptr;
   uint64_t out_len = 0;
   AllocReply alloc{};

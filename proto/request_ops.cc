@@ -20,8 +20,9 @@ Result<ReqId> Engine::done_request(Status s) {
 void Engine::release(Request* r) {
   r->bounce.reset();
   r->copy_dst.reset();
-  if (r->admitted) sched_.retire();
+  if (r->admitted) sched_.retire(r->ticket);
   r->admitted = false;
+  r->ticket = {};
   client_.requests.put_back(r);
   // A blocking send or call out of slots waits on the credit epoch too.
   credits_.room_freed();

@@ -1,1 +1,284 @@
 #include "qos/scheduler.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "common/log.h"
+
+namespace lt::qos {
+
+namespace {
+// A class counts as active while it has operations in flight or admitted one
+// this recently.
+constexpr uint64_t kActiveNs = 1'000'000;
+// Tokens an operation costs at least, so calls without payload still count.
+constexpr uint64_t kOpCost = 64;
+// A derived RTT target: this multiple of the least RTT the class saw in the
+// last kBaseWindowNs, plus a slack for scheduling noise.
+constexpr uint64_t kAutoTargetMultiple = 3;
+constexpr uint64_t kAutoTargetSlackNs = 20'000;
+constexpr uint64_t kBaseWindowNs = 10'000'000'000ull;
+// A throttled call sleeps for waits above this, yields below it.
+constexpr uint64_t kSleepAboveNs = 50'000;
+
+std::atomic<uint64_t> next_scheduler_id{1};
+
+struct ThreadClass {
+  uint64_t scheduler = 0;
+  uint8_t cls = 0;
+};
+thread_local ThreadClass tl_class;
+}  // namespace
+
+struct Scheduler::Class {
+  explicit Class(const QosClass& c) : cfg(c), rc(c.floor_percent) {}
+  QosClass cfg;
+
+  SpinLock mu;  // rc and the interval's figures
+  RateControl rc;
+  uint64_t interval_bytes = 0;
+  uint64_t interval_max_rtt = 0;
+  uint64_t base_rtt[2] = {UINT64_MAX, UINT64_MAX};  // least RTT, this window and the last
+  uint64_t base_since = 0;
+
+  std::atomic<uint64_t> ops{0}, bytes{0}, in_flight{0}, waiting{0}, delayed{0};
+  std::atomic<uint64_t> last_active{0};
+  std::atomic<uint64_t> target{0};  // ns; 0 until derived
+  RttHistogram rtt;
+
+  uint64_t target_locked() const {
+    if (cfg.target_rtt_ns != 0) return cfg.target_rtt_ns;
+    const uint64_t base = std::min(base_rtt[0], base_rtt[1]);
+    return base == UINT64_MAX ? 0 : base * kAutoTargetMultiple + kAutoTargetSlackNs;
+  }
+};
+
+Scheduler::Scheduler(const QosConfig& config)
+    : config_(config),
+      max_in_flight_(config.max_outstanding_ops),
+      id_(next_scheduler_id.fetch_add(1)) {}
+
+Scheduler::~Scheduler() = default;
+
+Status Scheduler::start(std::string* error) {
+  const QosPolicy& p = config_.policy;
+  LT_RETURN_IF_ERROR(validate_qos_policy(p, error));
+  LT_RETURN_IF_ERROR(check_qos_tenant(p, config_.tenant, error));
+  if (!p.enabled()) {
+    if (!config_.default_class.empty()) {
+      if (error) *error = "qos.class (LTIER_QOS_CLASS) is set but no qos.classes are configured";
+      return Code::kInvalidArg;
+    }
+    return Status::ok();
+  }
+  if (p.classes.size() > kMaxClasses) {
+    if (error) *error = "qos.classes: at most " + std::to_string(kMaxClasses) + " classes";
+    return Code::kInvalidArg;
+  }
+  std::vector<const QosClass*> order;
+  for (const auto& c : p.classes) order.push_back(&c);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const QosClass* a, const QosClass* b) { return a->priority < b->priority; });
+  classes_.clear();
+  for (const QosClass* c : order) classes_.push_back(std::make_unique<Class>(*c));
+  auto index = [&](const std::string& name) -> int {
+    for (size_t i = 0; i < classes_.size(); ++i) {
+      if (classes_[i]->cfg.name == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  std::string default_class = p.classes.front().name;
+  allowed_.clear();
+  if (const QosTenant* t = p.find_tenant(config_.tenant)) {
+    for (const auto& c : t->classes) allowed_.push_back(static_cast<uint8_t>(index(c)));
+    default_class = t->default_class;
+    if (t->max_ops_in_flight != 0) max_in_flight_ = t->max_ops_in_flight;
+    max_lmr_bytes_ = t->max_lmr_bytes;
+    max_lmrs_ = t->max_lmrs;
+  } else {
+    for (size_t i = 0; i < classes_.size(); ++i) allowed_.push_back(static_cast<uint8_t>(i));
+  }
+  if (!config_.default_class.empty()) {
+    const int i = index(config_.default_class);
+    if (i < 0 || std::find(allowed_.begin(), allowed_.end(), i) == allowed_.end()) {
+      if (error) {
+        *error = "qos.class (LTIER_QOS_CLASS) '" + config_.default_class + "' " +
+                 (i < 0 ? "is not in qos.classes"
+                        : "is not one tenant '" + config_.tenant + "' may use");
+      }
+      return Code::kInvalidArg;
+    }
+    default_class = config_.default_class;
+  }
+  process_class_ = static_cast<uint8_t>(index(default_class));
+  LT_INFO("qos: tenant '%s', %zu classes, this process's class '%s'", config_.tenant.c_str(),
+          classes_.size(), default_class.c_str());
+  return Status::ok();
+}
+
+Status Scheduler::set_thread_class(const std::string& name) const {
+  if (classes_.empty()) return Code::kUnsupported;
+  if (name.empty()) {
+    tl_class.scheduler = 0;
+    return Status::ok();
+  }
+  for (size_t i = 0; i < classes_.size(); ++i) {
+    if (classes_[i]->cfg.name != name) continue;
+    if (std::find(allowed_.begin(), allowed_.end(), i) == allowed_.end()) return Code::kPerm;
+    tl_class = {id_, static_cast<uint8_t>(i)};
+    return Status::ok();
+  }
+  return Code::kNotFound;
+}
+
+std::string Scheduler::thread_class() const {
+  return classes_.empty() ? std::string() : classes_[current_class()]->cfg.name;
+}
+
+uint8_t Scheduler::current_class() const {
+  return tl_class.scheduler == id_ ? tl_class.cls : process_class_;
+}
+
+Status Scheduler::pace(uint64_t bytes, Deadline d, Ticket* t) {
+  const uint8_t c = current_class();
+  Class& k = *classes_[c];
+  uint64_t now = now_ns();
+  maybe_tick(now);
+  k.last_active.store(now, std::memory_order_relaxed);
+  const uint64_t cost = std::max(bytes, kOpCost);
+  bool counted_wait = false;
+  for (;;) {
+    k.mu.lock();
+    const uint64_t wait = k.rc.take(cost, now);
+    if (wait == 0) k.interval_bytes += cost;
+    k.mu.unlock();
+    if (wait == 0) break;
+    if (!counted_wait) {
+      counted_wait = true;
+      k.delayed.fetch_add(1, std::memory_order_relaxed);
+      k.waiting.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (d.expired()) {
+      k.waiting.fetch_sub(1, std::memory_order_relaxed);
+      return Code::kTimedOut;
+    }
+    const uint64_t nap = std::min(wait, std::max<uint64_t>(d.remaining_ns(), 1));
+    if (nap > kSleepAboveNs) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(nap));
+    } else {
+      sched_yield();
+    }
+    now = now_ns();
+    maybe_tick(now);
+  }
+  if (counted_wait) k.waiting.fetch_sub(1, std::memory_order_relaxed);
+  k.ops.fetch_add(1, std::memory_order_relaxed);
+  k.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  k.in_flight.fetch_add(1, std::memory_order_relaxed);
+  t->cls = c;
+  t->start_ns = now;
+  return Status::ok();
+}
+
+void Scheduler::on_complete(const Ticket& t, uint64_t now) {
+  Class& k = *classes_[t.cls];
+  const uint64_t rtt = now > t.start_ns ? now - t.start_ns : 0;
+  k.rtt.record(rtt);
+  k.last_active.store(now, std::memory_order_relaxed);
+  k.mu.lock();
+  k.interval_max_rtt = std::max(k.interval_max_rtt, rtt);
+  if (now - k.base_since > kBaseWindowNs) {  // a new window: the older one is forgotten
+    k.base_rtt[1] = k.base_rtt[0];
+    k.base_rtt[0] = UINT64_MAX;
+    k.base_since = now;
+  }
+  k.base_rtt[0] = std::min(k.base_rtt[0], rtt);
+  k.mu.unlock();
+  maybe_tick(now);
+}
+
+void Scheduler::class_done(uint8_t cls) {
+  classes_[cls]->in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Classes are visited in priority order; each priority's classes are
+// updated with what the strictly higher priorities did in the interval, then
+// add their own activity and congestion for the priorities below.
+void Scheduler::tick(uint64_t now) {
+  const uint64_t dt =
+      last_tick_ != 0 && now > last_tick_ ? now - last_tick_ : RateControl::kIntervalNs;
+  last_tick_ = now;
+  bool higher_active = false, higher_congested = false;
+  size_t i = 0;
+  while (i < classes_.size()) {
+    const uint32_t prio = classes_[i]->cfg.priority;
+    bool group_active = false, group_congested = false;
+    for (; i < classes_.size() && classes_[i]->cfg.priority == prio; ++i) {
+      Class& k = *classes_[i];
+      const bool active =
+          k.in_flight.load(std::memory_order_relaxed) != 0 ||
+          now - std::min(now, k.last_active.load(std::memory_order_relaxed)) < kActiveNs;
+      k.mu.lock();
+      const uint64_t bytes = k.interval_bytes, max_rtt = k.interval_max_rtt;
+      k.interval_bytes = 0;
+      k.interval_max_rtt = 0;
+      const uint64_t target = k.target_locked();
+      const bool was_throttled = k.rc.throttled();
+      k.rc.update(now, dt, bytes, higher_active, higher_congested);
+      const bool throttled = k.rc.throttled();
+      k.mu.unlock();
+      k.target.store(target, std::memory_order_relaxed);
+      if (throttled && !was_throttled) {
+        LT_DEBUG("qos: class '%s' throttled", k.cfg.name.c_str());
+      }
+      group_active = group_active || active;
+      group_congested = group_congested || (active && target != 0 && max_rtt > target);
+    }
+    higher_active = higher_active || group_active;
+    higher_congested = higher_congested || group_congested;
+  }
+}
+
+Status Scheduler::take_lmr(uint64_t bytes) {
+  const uint32_t n = lmrs_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t b = lmr_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  if ((max_lmrs_ != 0 && n >= max_lmrs_) || (max_lmr_bytes_ != 0 && b + bytes > max_lmr_bytes_)) {
+    give_lmr(bytes);
+    quota_refused_.fetch_add(1, std::memory_order_relaxed);
+    return Code::kQuota;
+  }
+  return Status::ok();
+}
+
+void Scheduler::give_lmr(uint64_t bytes) {
+  lmrs_.fetch_sub(1, std::memory_order_relaxed);
+  lmr_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+std::vector<ClassStats> Scheduler::class_stats() const {
+  std::vector<ClassStats> out;
+  for (const auto& kp : classes_) {
+    Class& k = *kp;
+    ClassStats s;
+    s.name = k.cfg.name;
+    s.priority = k.cfg.priority;
+    s.ops = k.ops.load(std::memory_order_relaxed);
+    s.bytes = k.bytes.load(std::memory_order_relaxed);
+    s.in_flight = k.in_flight.load(std::memory_order_relaxed);
+    s.waiting = k.waiting.load(std::memory_order_relaxed);
+    s.delayed = k.delayed.load(std::memory_order_relaxed);
+    s.rtt_p50_ns = k.rtt.quantile(0.5);
+    s.rtt_p99_ns = k.rtt.quantile(0.99);
+    s.target_rtt_ns = k.target.load(std::memory_order_relaxed);
+    k.mu.lock();
+    s.throttles = k.rc.throttles();
+    s.rate = k.rc.rate();
+    k.mu.unlock();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace lt::qos

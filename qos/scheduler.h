@@ -1,17 +1,33 @@
-// QoS scheduler: the only way proto/ reaches a transport endpoint.
+// QoS scheduler: the only way proto/ reaches a transport endpoint, and the
+// gate every operation passes first (admit) and reports to when it ends
+// (complete).
 //
-// Status today: a pass-through that enforces the tenant's quota on operations
-// in flight (LT_ERR_QUOTA) and counts back-pressure. Priority classes, token
-// buckets and RTT feedback (planned: docs/ARCHITECTURE.md, "What exists, what is
-// planned") are not built yet; they slot in behind post() without changing its
-// callers.
+// With no classes configured (qos.classes empty) it is a pass-through that
+// enforces the tenant's quota on operations in flight. With classes, each
+// call belongs to a class (the thread's, set by set_thread_class, else the
+// process's qos.class, else the tenant's default); the scheduler measures
+// each class's RTT on completions, and a class with a higher class above it
+// passes through a token bucket whose rate follows the higher classes' RTT
+// (RateControl). A throttled call waits for its tokens in admit(), sleeping,
+// bounded by its deadline. LMR quotas (bytes and count) are kept here too.
+//
+// Thread-safe. Per operation: no allocation; a class's spin lock is held
+// for a few instructions, never across a system call.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "common/config.h"
+#include "common/spinlock.h"
+#include "common/time.h"
+#include "qos/rate_control.h"
+#include "qos/rtt_histogram.h"
 #include "transport/transport.h"
 
 namespace lt::qos {
@@ -22,23 +38,84 @@ struct SchedulerStats {
   uint64_t quota_refused = 0;
 };
 
-/// Thread-safe.
+struct ClassStats {
+  std::string name;
+  uint32_t priority = 0;
+  uint64_t ops = 0, bytes = 0;
+  uint64_t in_flight = 0;  // admitted, not completed
+  uint64_t waiting = 0;    // calls waiting for tokens now (the class's queue)
+  uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0;
+  uint64_t target_rtt_ns = 0;  // configured, or derived (0: not yet measured)
+  uint64_t throttles = 0;      // times throttling started
+  uint64_t delayed = 0;        // calls that waited for tokens
+  uint64_t rate = 0;           // bytes/s now; RateControl::kUnlimited when not throttled
+};
+
+/// What admit() hands the operation, for complete().
+struct Ticket {
+  static constexpr uint8_t kNone = 0xff;
+  uint8_t cls = kNone;
+  uint64_t start_ns = 0;
+};
+
 class Scheduler {
  public:
-  explicit Scheduler(const QosConfig& config) : config_(config) {}
+  static constexpr size_t kMaxClasses = 16;
 
-  /// Reserves room for one operation of this tenant; kQuota when the tenant
-  /// already has qos.max_outstanding_ops in flight. Pair with retire().
-  Status admit() {
+  explicit Scheduler(const QosConfig& config);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Checks the tenant and the process's class against the policy and
+  /// builds the class tables; before any other call. kInvalidArg with
+  /// `*error` naming the key.
+  Status start(std::string* error);
+
+  bool enabled() const { return !classes_.empty(); }
+
+  /// The calling thread's calls go to class `name` from now on (empty: back
+  /// to the process's class). kNotFound: no such class; kPermission: the
+  /// tenant may not use it; kUnsupported: QoS is off.
+  Status set_thread_class(const std::string& name) const;  // only the calling thread's state
+  /// The calling thread's class name ("" with QoS off).
+  std::string thread_class() const;
+
+  /// Reserves room for one operation of `bytes` of payload. kQuota when the
+  /// tenant already has its limit in flight; with QoS on, waits for the
+  /// class's tokens (kTimedOut past `d`). Pair with retire(); `*t` goes to
+  /// complete().
+  Status admit(uint64_t bytes, Deadline d, Ticket* t) {
     uint32_t n = in_flight_.fetch_add(1, std::memory_order_relaxed);
-    if (n >= config_.max_outstanding_ops) {
+    if (n >= max_in_flight_) {
       in_flight_.fetch_sub(1, std::memory_order_relaxed);
       quota_refused_.fetch_add(1, std::memory_order_relaxed);
       return Code::kQuota;
     }
+    if (!classes_.empty()) {
+      Status s = pace(bytes, d, t);
+      if (!s.is_ok()) {
+        in_flight_.fetch_sub(1, std::memory_order_relaxed);
+        return s;
+      }
+    }
     return Status::ok();
   }
-  void retire() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+  void retire(const Ticket& t) {
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    if (t.cls != Ticket::kNone) class_done(t.cls);
+  }
+  /// The operation admitted with `t` completed at `now`: its RTT sample,
+  /// taken once (a second call does nothing).
+  void complete(Ticket& t, uint64_t now) {
+    if (t.cls != Ticket::kNone && t.start_ns != 0) on_complete(t, now);
+    t.start_ns = 0;
+  }
+
+  /// LMR quotas of the tenant: kQuota when `bytes` more (one LMR more)
+  /// would pass max_lmr_bytes or max_lmrs. Pair with give_lmr().
+  Status take_lmr(uint64_t bytes);
+  void give_lmr(uint64_t bytes);
 
   /// Posts to `ep`; a short count is back-pressure (counted, never logged).
   Result<size_t> post(transport::Endpoint& ep, std::span<const transport::WorkRequest> wrs) {
@@ -54,11 +131,40 @@ class Scheduler {
     return {posted_.load(std::memory_order_relaxed), backpressured_.load(std::memory_order_relaxed),
             quota_refused_.load(std::memory_order_relaxed)};
   }
+  std::vector<ClassStats> class_stats() const;
   const std::string& tenant() const { return config_.tenant; }
 
+  /// Runs the control law for the interval ending at `now` (the scheduler
+  /// does this itself on its calls; public for the tests' simulated clock).
+  void tick(uint64_t now);
+
  private:
+  struct Class;
+  Status pace(uint64_t bytes, Deadline d, Ticket* t);
+  void on_complete(const Ticket& t, uint64_t now);
+  void class_done(uint8_t cls);
+  uint8_t current_class() const;
+  void maybe_tick(uint64_t now) {
+    uint64_t next = next_tick_.load(std::memory_order_relaxed);
+    if (now >= next && next_tick_.compare_exchange_strong(next, now + RateControl::kIntervalNs,
+                                                          std::memory_order_relaxed)) {
+      tick(now);
+    }
+  }
+
   QosConfig config_;
+  uint32_t max_in_flight_;
+  std::vector<std::unique_ptr<Class>> classes_;  // in priority order, highest first
+  uint8_t process_class_ = 0;
+  std::vector<uint8_t> allowed_;  // the tenant's classes (indexes into classes_)
+  uint64_t max_lmr_bytes_ = 0;
+  uint32_t max_lmrs_ = 0;
+  const uint64_t id_;  // tells this engine's thread classes from another's
+  std::atomic<uint64_t> next_tick_{0};
+  uint64_t last_tick_ = 0;  // under tick's CAS winner only
   std::atomic<uint32_t> in_flight_{0};
+  std::atomic<uint64_t> lmr_bytes_{0};
+  std::atomic<uint32_t> lmrs_{0};
   std::atomic<uint64_t> posted_{0}, backpressured_{0}, quota_refused_{0};
 };
 

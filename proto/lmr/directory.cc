@@ -13,6 +13,15 @@ constexpr uint32_t kUserRights = kRightRead | kRightWrite | kRightAtomic;
 Result<LmrHandle> Engine::malloc(NodeId node, uint64_t size, uint32_t rights, Deadline d) {
   LT_RETURN_IF_ERROR(usable());
   if (size == 0 || (rights & ~kUserRights) != 0) return Code::kInvalidArg;
+  // The tenant's LMR quotas (count and bytes), held until LT_free.
+  LT_RETURN_IF_ERROR(sched_.take_lmr(size));
+  Result<LmrHandle> h = malloc_held(node, size, rights, d);
+  if (!h) sched_.give_lmr(size);
+  return h;
+}
+
+// LT_malloc once the quota is taken.
+Result<LmrHandle> Engine::malloc_held(NodeId node, uint64_t size, uint32_t rights, Deadline d) {
   auto m = std::make_shared<Mapping>();
   m->owner = node;
   m->rights = rights | kRightAdmin;
@@ -71,7 +80,7 @@ Status Engine::free(LmrHandle h, Deadline d) {
   // A dead owner or an LMR already gone (its owner freed it as ours died):
   // the handle goes all the same.
   if (!s.is_ok() && s.code() != Code::kPeerDown && s.code() != Code::kBadHandle) return s;
-  (void)client_.handles.erase(h);
+  if (client_.handles.erase(h).is_ok()) sched_.give_lmr(m->size);
   for (auto& n : client_.handles.remove_names_of(h)) (void)membership_->unregister_name(n, d);
   return s.code() == Code::kBadHandle ? Status::ok() : s;
 }

@@ -60,10 +60,19 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   return send_rndv(node, port, buf, len, credit);
 }
 
-Result<Request*> Engine::send_request_slot(bool no_request, ReqId* id) {
+Result<Request*> Engine::send_request_slot(bool no_request, ReqId* id, uint64_t bytes) {
   *id = 0;
-  if (no_request) return static_cast<Request*>(nullptr);
-  return alloc_request(ReqKind::kPlain, 0, id);
+  if (no_request) {
+    // A blocking send with nothing to wait for: with QoS on it still passes
+    // its class's gate (paced and counted; no RTT sample).
+    if (sched_.enabled()) {
+      qos::Ticket t;
+      LT_RETURN_IF_ERROR(sched_.admit(bytes, default_deadline(), &t));
+      sched_.retire(t);
+    }
+    return static_cast<Request*>(nullptr);
+  }
+  return alloc_request(ReqKind::kPlain, 0, id, bytes);
 }
 
 Result<ReqId> Engine::end_send(Request* r, ReqId id, Status s) {
@@ -81,7 +90,7 @@ Result<ReqId> Engine::end_send(Request* r, ReqId id, Status s) {
 Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len, bool no_request,
                                    MsgCreditGuard& credit) {
   ReqId id = 0;  // the request comes first: once the message is out, the call succeeds
-  auto r = send_request_slot(no_request, &id);
+  auto r = send_request_slot(no_request, &id, len);
   if (!r) return r.status();
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
   std::vector<std::byte> msg(sizeof(m) + len);
@@ -95,7 +104,7 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len, b
 Result<ReqId> Engine::send_eager(NodeId node, uint32_t port, const void* buf, size_t len,
                                  bool no_request, MsgCreditGuard& credit) {
   ReqId id = 0;
-  auto r = send_request_slot(no_request, &id);
+  auto r = send_request_slot(no_request, &id, len);
   if (!r) return r.status();
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
   Status s = send(node, &m, sizeof(m), buf, len, default_deadline(), false);
@@ -108,7 +117,7 @@ Result<ReqId> Engine::send_eager(NodeId node, uint32_t port, const void* buf, si
 Result<ReqId> Engine::send_staged(NodeId node, uint32_t port, const void* buf, size_t len,
                                   uint64_t stage_off, bool no_request, MsgCreditGuard& credit) {
   ReqId id = 0;
-  auto r = send_request_slot(no_request, &id);
+  auto r = send_request_slot(no_request, &id, len);
   if (!r) {
     stage_.free(node, stage_off);
     return r.status();
@@ -129,7 +138,7 @@ Result<ReqId> Engine::send_staged(NodeId node, uint32_t port, const void* buf, s
 Result<ReqId> Engine::send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
                                 MsgCreditGuard& credit) {
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kSendRndv, node, &id);
+  auto r = alloc_request(ReqKind::kSendRndv, node, &id, len);
   if (!r) return r.status();
   (*r)->send_buf = static_cast<const std::byte*>(buf);
   (*r)->out_len = len;

@@ -85,7 +85,7 @@ Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t 
   if (len == 0) return done_request(Status::ok());
   // The slot first: an op done at once must not be followed by a refusal.
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kRead, 0, &id);
+  auto r = alloc_request(ReqKind::kRead, 0, &id, len);
   if (!r) return r.status();
   if (Status s; copy_now(*m, false, off, static_cast<std::byte*>(buf), len, &s)) {
     return finish_now(*r, id, s);
@@ -105,7 +105,7 @@ Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, ui
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kPlain, 0, &id);
+  auto r = alloc_request(ReqKind::kPlain, 0, &id, len);
   if (!r) return r.status();
   if (Status s; copy_now(*m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, &s)) {
     return finish_now(*r, id, s);
@@ -122,7 +122,7 @@ Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uin
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
   if (len == 0) return done_request(Status::ok());
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kPlain, 0, &id);
+  auto r = alloc_request(ReqKind::kPlain, 0, &id, len);
   if (!r) return r.status();
   if (m->owner == self()) {
     return finish_now(*r, id, lmrs_.with_checked(m->ref(), kRightWrite, off, len, [&](LocalLmr& l) {
@@ -184,13 +184,13 @@ Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle sr
   if (len == 0) return done_request(Status::ok());
   if (d->owner == s->owner && d->owner == self()) {
     ReqId id = 0;
-    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    auto r = alloc_request(ReqKind::kPlain, 0, &id, len);
     if (!r) return r.status();
     return finish_now(*r, id, local_copy(*d, dst_off, *s, src_off, len));
   }
   if (d->owner == s->owner) {  // both on one other node: it copies
     ReqId id = 0;
-    auto r = alloc_request(ReqKind::kPlain, d->owner, &id);
+    auto r = alloc_request(ReqKind::kPlain, d->owner, &id, len);
     if (!r) return r.status();
     MemcpyReq q{make_header(MsgOp::kMemcpyReq, id), d->ref(), s->ref(), dst_off, src_off, len};
     LT_RETURN_IF_ERROR(send_request(*r, d->owner, &q, sizeof(q), nullptr, 0));
@@ -198,7 +198,7 @@ Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle sr
   }
   {
     ReqId id = 0;
-    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    auto r = alloc_request(ReqKind::kPlain, 0, &id, len);
     if (!r) return r.status();
     if (Status st; memcpy_now(*d, dst_off, *s, src_off, len, &st)) return finish_now(*r, id, st);
     (void)drop_unsent(*r, Status::ok());  // not reached natively: requests below
@@ -261,7 +261,7 @@ Result<ReqId> Engine::memcpy_remote(const Mapping& d, uint64_t dst_off, const Ma
                                     uint64_t src_off, uint64_t len) {
   ReqId id = 0;
   if (s.owner == self()) {
-    auto r = alloc_request(ReqKind::kPlain, d.owner, &id);
+    auto r = alloc_request(ReqKind::kPlain, d.owner, &id, len);
     if (!r) return r.status();
     RangeReq q{make_header(MsgOp::kWriteReq, id), d.ref(), dst_off, len, 0, 0};
     bool sent = false;
@@ -274,7 +274,7 @@ Result<ReqId> Engine::memcpy_remote(const Mapping& d, uint64_t dst_off, const Ma
     if (!st.is_ok()) return st;
     return id;
   }
-  auto r = alloc_request(ReqKind::kCopyRead, s.owner, &id);
+  auto r = alloc_request(ReqKind::kCopyRead, s.owner, &id, len);
   if (!r) return r.status();
   (*r)->bounce.reset(new (std::nothrow) std::byte[len]);
   if (!(*r)->bounce) {

@@ -17,7 +17,7 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
     // A call to this node runs the handler here, in the caller's thread;
     // the slot first, so a handler that ran is never reported refused.
     ReqId id = 0;
-    auto r = alloc_request(ReqKind::kPlain, 0, &id);
+    auto r = alloc_request(ReqKind::kPlain, 0, &id, in_len);
     if (!r) return r.status();
     std::shared_ptr<RpcHandler> fn = client_.rpcs.handler(func_id);
     if (!fn) return finish_now(*r, id, Code::kNoHandler);
@@ -36,7 +36,7 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
   int32_t used = credits_.take_rpc(node);
   if (used < 0) return Code::kNoResource;
   ReqId id = 0;
-  auto r = alloc_request(ReqKind::kRpc, node, &id);
+  auto r = alloc_request(ReqKind::kRpc, node, &id, in_len);
   if (!r) {
     credits_.untake_rpc(node);
     return r.status();

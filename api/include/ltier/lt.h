@@ -343,6 +343,35 @@ typedef struct lt_stats {
 /* This node's counters and what its transports hold now. -LT_ERR_INVAL. */
 int LT_stats(lt_engine_t* e, lt_stats_t* out);
 
+/* ---- QoS (docs/API.md "QoS classes and tenants") ----
+ * With qos.classes configured, every call belongs to a priority class: the
+ * calling thread's (LT_set_class), else the process's (qos.class,
+ * LTIER_QOS_CLASS), else its tenant's default class. Lower classes are
+ * rate-limited while a higher class is active and its RTT is above target. */
+
+/* The calling thread's calls on `e` go to class `name` from now on; NULL or
+ * "" returns it to the process's class. -LT_ERR_NOT_FOUND: no such class;
+ * -LT_ERR_PERM: this tenant may not use it; -LT_ERR_UNSUPPORTED: no
+ * qos.classes configured. */
+int LT_set_class(lt_engine_t* e, const char* name);
+
+typedef struct lt_class_stats {
+  char name[64];
+  uint32_t priority;   /* 0 is the highest */
+  uint64_t ops, bytes; /* admitted so far, and their payload */
+  uint64_t in_flight;  /* admitted, not yet completed */
+  uint64_t waiting;    /* calls waiting for the class's tokens now */
+  uint64_t delayed;    /* calls that had to wait for tokens, so far */
+  uint64_t throttles;  /* times throttling of this class started */
+  uint64_t rtt_p50_ns; /* of all completed operations of the class */
+  uint64_t rtt_p99_ns;
+  uint64_t target_rtt_ns; /* configured or derived; 0 until measured */
+  uint64_t rate;          /* bytes/s allowed now; UINT64_MAX when not throttled */
+} lt_class_stats_t;
+/* This engine's classes in priority order: up to `cap` into out, their
+ * number into *n. -LT_ERR_UNSUPPORTED with no qos.classes configured. */
+int LT_class_stats(lt_engine_t* e, lt_class_stats_t* out, size_t cap, size_t* n);
+
 /* "peer node is down or unreachable"; accepts either sign. */
 const char* LT_strerror(int err);
 /* "LT_ERR_PEER_DOWN" */

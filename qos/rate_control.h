@@ -1,0 +1,118 @@
+// The control law for one class that a higher-priority class may throttle:
+// a token bucket whose rate follows the higher classes' RTT. Pure (the
+// clock is passed in), so the tests drive it with a simulated clock and
+// synthetic RTT samples.
+//
+// Once per interval (kIntervalNs) the scheduler calls update() with what
+// happened in it:
+//  - no higher class active: no throttling at all (work-conserving); the
+//    class's own rate is measured, as its unthrottled (solo) rate;
+//  - a higher class active and one of them above its RTT target: the rate
+//    is cut to kDecrease of itself (multiplicative decrease);
+//  - a higher class active and none above target: the rate grows by
+//    1/kIncreaseSteps of the solo rate (additive increase), and throttling
+//    ends when it reaches the solo rate;
+//  - never below floor_percent of the solo rate (no starvation).
+// docs/ARCHITECTURE.md ("QoS: the control law") says which published
+// scheme each constant follows.
+//
+// Thread contract: none; the scheduler serializes calls per class.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace lt::qos {
+
+class RateControl {
+ public:
+  static constexpr uint64_t kIntervalNs = 200'000;  // update period
+  static constexpr double kDecrease = 0.5;          // rate kept on a congested interval
+  static constexpr uint32_t kIncreaseSteps = 16;    // intervals from floor-ish to solo
+  static constexpr uint64_t kMinRate = 1u << 20;    // bytes/s: the least a floor may be
+  static constexpr uint64_t kUnlimited = ~uint64_t{0};
+
+  explicit RateControl(uint32_t floor_percent = 5) : floor_percent_(floor_percent) {}
+
+  /// One interval ended at `now`: `bytes` went through this class in it;
+  /// `higher_active`: a higher class had work in it; `congested`: one of
+  /// them saw an RTT above its target.
+  void update(uint64_t now, uint64_t interval_ns, uint64_t bytes, bool higher_active,
+              bool congested) {
+    const uint64_t measured = interval_ns ? bytes * 1'000'000'000ull / interval_ns : 0;
+    if (!higher_active) {
+      if (throttled_) ++recoveries_;
+      throttled_ = false;
+      rate_ = kUnlimited;
+      // The solo rate follows what the class does alone (a slow EWMA, so
+      // one quiet interval does not forget it).
+      if (measured > 0) solo_ = solo_ == 0 ? measured : (solo_ * 7 + measured) / 8;
+      tokens_ = 0;
+      last_ns_ = now;
+      return;
+    }
+    const uint64_t solo = std::max(solo_, std::max(measured, kMinRate));
+    const uint64_t floor = std::max(kMinRate, solo / 100 * floor_percent_);
+    if (!throttled_) {
+      if (!congested) return;  // the higher class is fine: nothing to do yet
+      throttled_ = true;
+      ++throttles_;
+      rate_ = std::max(measured, floor);
+      last_ns_ = now;
+      tokens_ = 0;
+    }
+    if (congested) {
+      rate_ = std::max(floor, static_cast<uint64_t>(static_cast<double>(rate_) * kDecrease));
+      ++decreases_;
+    } else {
+      rate_ += std::max<uint64_t>(solo / kIncreaseSteps, 1);
+      if (rate_ >= solo) {
+        throttled_ = false;
+        rate_ = kUnlimited;
+        ++recoveries_;
+      }
+    }
+  }
+
+  /// Takes `bytes` of tokens at `now`: 0 when the operation may go, else
+  /// how long to wait before asking again. Tokens may go into debt by one
+  /// operation, so an operation larger than a bucket still passes.
+  uint64_t take(uint64_t bytes, uint64_t now) {
+    if (rate_ == kUnlimited) return 0;
+    refill(now);
+    if (tokens_ >= 0) {
+      tokens_ -= static_cast<int64_t>(bytes);
+      return 0;
+    }
+    return static_cast<uint64_t>(-tokens_) * 1'000'000'000ull / rate_ + 1;
+  }
+
+  bool throttled() const { return throttled_; }
+  uint64_t rate() const { return rate_; }  // bytes/s, kUnlimited when not throttled
+  uint64_t solo_rate() const { return solo_; }
+  uint64_t throttles() const { return throttles_; }
+  uint64_t decreases() const { return decreases_; }
+
+ private:
+  void refill(uint64_t now) {
+    if (now <= last_ns_) return;
+    const uint64_t dt = now - last_ns_;
+    last_ns_ = now;
+    const int64_t add = static_cast<int64_t>(std::min<uint64_t>(
+        static_cast<uint64_t>(static_cast<double>(rate_) * static_cast<double>(dt) / 1e9),
+        uint64_t{1} << 40));
+    // A bucket holds one interval's worth: an idle spell earns no burst.
+    const int64_t cap = static_cast<int64_t>(rate_ / (1'000'000'000ull / kIntervalNs)) + 1;
+    tokens_ = std::min(tokens_ + add, cap);
+  }
+
+  uint32_t floor_percent_;
+  bool throttled_ = false;
+  uint64_t rate_ = kUnlimited;
+  uint64_t solo_ = 0;
+  int64_t tokens_ = 0;
+  uint64_t last_ns_ = 0;
+  uint64_t throttles_ = 0, decreases_ = 0, recoveries_ = 0;
+};
+
+}  // namespace lt::qos
