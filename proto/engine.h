@@ -291,7 +291,7 @@ class Engine {
   }
   void finish(Request* r, Status s) {
     drop_placement(r);
-    if (r->ticket.cls != qos::Ticket::kNone) sched_.complete(r->ticket, now_ns());  // its RTT
+    sched_.complete(r->ticket);  // its RTT sample, with QoS on
     r->complete(s);
   }
   void release(Request* r);

@@ -54,10 +54,12 @@ class RateControl {
     const uint64_t solo = std::max(solo_, std::max(measured, kMinRate));
     const uint64_t floor = std::max(kMinRate, solo / 100 * floor_percent_);
     if (!throttled_) {
-      if (!congested) return;  // the higher class is fine: nothing to do yet
+      // Nothing to do while the higher class is fine, or while this class
+      // moves nothing (an idle class is not cut; it is when it sends).
+      if (!congested || measured == 0) return;
       throttled_ = true;
       ++throttles_;
-      rate_ = std::max(measured, floor);
+      rate_ = std::max(std::min(measured, solo), floor);  // from where it is now
       last_ns_ = now;
       tokens_ = 0;
     }

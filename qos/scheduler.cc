@@ -40,6 +40,10 @@ struct Scheduler::Class {
   RateControl rc;
   uint64_t interval_bytes = 0;
   uint64_t interval_max_rtt = 0;
+  // The class's RTT signal: the largest RTT of the last interval that had
+  // completions, kept through intervals without any (a slow call signals
+  // until a faster one completes), dropped when the class goes idle.
+  uint64_t signal_rtt = 0;
   uint64_t base_rtt[2] = {UINT64_MAX, UINT64_MAX};  // least RTT, this window and the last
   uint64_t base_since = 0;
 
@@ -55,8 +59,17 @@ struct Scheduler::Class {
   }
 };
 
-Scheduler::Scheduler(const QosConfig& config)
+void nap(uint64_t ns) {
+  if (ns > kSleepAboveNs) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+  } else {
+    sched_yield();
+  }
+}
+
+Scheduler::Scheduler(const QosConfig& config, Clock clock)
     : config_(config),
+      clock_(clock),
       max_in_flight_(config.max_outstanding_ops),
       id_(next_scheduler_id.fetch_add(1)) {}
 
@@ -144,7 +157,7 @@ uint8_t Scheduler::current_class() const {
 Status Scheduler::pace(uint64_t bytes, Deadline d, Ticket* t) {
   const uint8_t c = current_class();
   Class& k = *classes_[c];
-  uint64_t now = now_ns();
+  uint64_t now = clock_.now();
   maybe_tick(now);
   k.last_active.store(now, std::memory_order_relaxed);
   const uint64_t cost = std::max(bytes, kOpCost);
@@ -164,13 +177,8 @@ Status Scheduler::pace(uint64_t bytes, Deadline d, Ticket* t) {
       k.waiting.fetch_sub(1, std::memory_order_relaxed);
       return Code::kTimedOut;
     }
-    const uint64_t nap = std::min(wait, std::max<uint64_t>(d.remaining_ns(), 1));
-    if (nap > kSleepAboveNs) {
-      std::this_thread::sleep_for(std::chrono::nanoseconds(nap));
-    } else {
-      sched_yield();
-    }
-    now = now_ns();
+    clock_.sleep(std::min(wait, std::max<uint64_t>(d.remaining_ns(), 1)));
+    now = clock_.now();
     maybe_tick(now);
   }
   if (counted_wait) k.waiting.fetch_sub(1, std::memory_order_relaxed);
@@ -221,7 +229,10 @@ void Scheduler::tick(uint64_t now) {
           k.in_flight.load(std::memory_order_relaxed) != 0 ||
           now - std::min(now, k.last_active.load(std::memory_order_relaxed)) < kActiveNs;
       k.mu.lock();
-      const uint64_t bytes = k.interval_bytes, max_rtt = k.interval_max_rtt;
+      const uint64_t bytes = k.interval_bytes;
+      if (k.interval_max_rtt != 0) k.signal_rtt = k.interval_max_rtt;
+      if (!active) k.signal_rtt = 0;
+      const uint64_t signal = k.signal_rtt;
       k.interval_bytes = 0;
       k.interval_max_rtt = 0;
       const uint64_t target = k.target_locked();
@@ -234,7 +245,7 @@ void Scheduler::tick(uint64_t now) {
         LT_DEBUG("qos: class '%s' throttled", k.cfg.name.c_str());
       }
       group_active = group_active || active;
-      group_congested = group_congested || (active && target != 0 && max_rtt > target);
+      group_congested = group_congested || (active && target != 0 && signal > target);
     }
     higher_active = higher_active || group_active;
     higher_congested = higher_congested || group_congested;

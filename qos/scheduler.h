@@ -58,11 +58,21 @@ struct Ticket {
   uint64_t start_ns = 0;
 };
 
+/// Sleeps above 50 us, yields the CPU below: how a throttled call waits.
+void nap(uint64_t ns);
+
+/// The clock the scheduler reads and how a throttled call waits: the real
+/// ones, except in tests that drive a simulated clock.
+struct Clock {
+  uint64_t (*now)() = &now_ns;
+  void (*sleep)(uint64_t ns) = &nap;
+};
+
 class Scheduler {
  public:
   static constexpr size_t kMaxClasses = 16;
 
-  explicit Scheduler(const QosConfig& config);
+  explicit Scheduler(const QosConfig& config, Clock clock = {});
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -111,6 +121,9 @@ class Scheduler {
     if (t.cls != Ticket::kNone && t.start_ns != 0) on_complete(t, now);
     t.start_ns = 0;
   }
+  void complete(Ticket& t) {
+    if (t.cls != Ticket::kNone) complete(t, clock_.now());
+  }
 
   /// LMR quotas of the tenant: kQuota when `bytes` more (one LMR more)
   /// would pass max_lmr_bytes or max_lmrs. Pair with give_lmr().
@@ -153,6 +166,7 @@ class Scheduler {
   }
 
   QosConfig config_;
+  const Clock clock_;
   uint32_t max_in_flight_;
   std::vector<std::unique_ptr<Class>> classes_;  // in priority order, highest first
   uint8_t process_class_ = 0;

@@ -1,0 +1,113 @@
+// The control law against a simulated clock: throttle, recover, work
+// conservation, the floor, and the token bucket's rate.
+#include "qos/rate_control.h"
+
+#include <gtest/gtest.h>
+
+namespace lt::qos {
+namespace {
+
+constexpr uint64_t kT = RateControl::kIntervalNs;
+constexpr uint64_t kSolo = 1'000'000'000;  // bytes/s the class moves alone
+constexpr uint64_t kPerInterval = kSolo / (1'000'000'000 / kT);
+
+// A class that ran alone for a while at kSolo.
+RateControl warmed(uint64_t* now, uint32_t floor_percent = 5) {
+  RateControl rc(floor_percent);
+  for (int i = 0; i < 50; ++i) rc.update(*now += kT, kT, kPerInterval, false, false);
+  return rc;
+}
+
+TEST(RateControl, NoHigherClassMeansNoThrottling) {
+  uint64_t now = 0;
+  RateControl rc = warmed(&now);
+  EXPECT_FALSE(rc.throttled());
+  EXPECT_EQ(rc.rate(), RateControl::kUnlimited);
+  EXPECT_NEAR(static_cast<double>(rc.solo_rate()), kSolo, kSolo * 0.01);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(rc.take(1 << 20, now + i), 0u);
+  // A higher class that is active but within its target changes nothing.
+  rc.update(now += kT, kT, kPerInterval, true, false);
+  EXPECT_FALSE(rc.throttled());
+  EXPECT_EQ(rc.take(1 << 20, now), 0u);
+}
+
+TEST(RateControl, CongestionHalvesTheRateDownToTheFloor) {
+  uint64_t now = 0;
+  RateControl rc = warmed(&now, 10);
+  rc.update(now += kT, kT, kPerInterval, true, true);
+  ASSERT_TRUE(rc.throttled());
+  EXPECT_EQ(rc.throttles(), 1u);
+  uint64_t last = rc.rate();
+  EXPECT_LE(last, kSolo / 2 + kSolo / 100);
+  for (int i = 0; i < 20; ++i) {
+    rc.update(now += kT, kT, 0, true, true);
+    EXPECT_LE(rc.rate(), last);
+    last = rc.rate();
+  }
+  // Never below floor_percent of the solo rate: the class is not starved.
+  EXPECT_NEAR(static_cast<double>(rc.rate()), kSolo / 10.0, kSolo * 0.01);
+}
+
+TEST(RateControl, RecoversAdditivelyThenStopsThrottling) {
+  uint64_t now = 0;
+  RateControl rc = warmed(&now);
+  for (int i = 0; i < 10; ++i) rc.update(now += kT, kT, kPerInterval / 4, true, true);
+  ASSERT_TRUE(rc.throttled());
+  uint64_t last = rc.rate();
+  int steps = 0;
+  while (rc.throttled() && steps < 100) {
+    rc.update(now += kT, kT, kPerInterval / 4, true, false);
+    if (rc.throttled()) {
+      EXPECT_GT(rc.rate(), last);  // additive: a fixed step up
+      EXPECT_NEAR(static_cast<double>(rc.rate() - last), kSolo / 16.0, kSolo * 0.01);
+      last = rc.rate();
+    }
+    ++steps;
+  }
+  EXPECT_FALSE(rc.throttled());
+  EXPECT_LE(steps, 17);  // floor to solo in at most kIncreaseSteps intervals
+  EXPECT_EQ(rc.rate(), RateControl::kUnlimited);
+}
+
+TEST(RateControl, HigherClassGoingIdleEndsThrottlingAtOnce) {
+  uint64_t now = 0;
+  RateControl rc = warmed(&now);
+  // A class that moves nothing is not cut: there is nothing to cut.
+  rc.update(now += kT, kT, 0, true, true);
+  EXPECT_FALSE(rc.throttled());
+  for (int i = 0; i < 5; ++i) rc.update(now += kT, kT, kPerInterval, true, true);
+  ASSERT_TRUE(rc.throttled());
+  rc.update(now += kT, kT, 0, false, false);  // work-conserving
+  EXPECT_FALSE(rc.throttled());
+  EXPECT_EQ(rc.take(64 << 20, now), 0u);
+}
+
+TEST(RateControl, TokenBucketHoldsTheRateAndEveryCallerGetsThrough) {
+  uint64_t now = 0;
+  RateControl rc = warmed(&now);
+  for (int i = 0; i < 3; ++i) rc.update(now += kT, kT, kPerInterval, true, true);
+  ASSERT_TRUE(rc.throttled());
+  const uint64_t rate = rc.rate();
+  // One simulated second of 64 KiB operations, each waiting as told.
+  const uint64_t op = 64 << 10, start = now;
+  uint64_t sent = 0;
+  int waits = 0;
+  while (now < start + 1'000'000'000ull) {
+    uint64_t w = rc.take(op, now);
+    if (w == 0) {
+      sent += op;
+    } else {
+      ++waits;
+      now += w;
+    }
+  }
+  EXPECT_GT(waits, 0);
+  EXPECT_NEAR(static_cast<double>(sent), static_cast<double>(rate), rate * 0.05 + op);
+  // A single operation larger than the bucket still passes (into debt).
+  EXPECT_EQ(rc.take(0, now += 1'000'000'000ull), 0u);
+  EXPECT_EQ(rc.take(1ull << 30, now), 0u);
+  EXPECT_GT(rc.take(op, now), 0u);
+}
+
+}  // namespace
+}  // namespace lt::qos

@@ -1,0 +1,213 @@
+// The scheduler: the tenant and class chosen at start, per-thread classes,
+// quotas, and a lower class throttled by a higher class's synthetic RTT.
+#include "qos/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace lt::qos {
+namespace {
+
+QosConfig policy(const std::string& tenant) {
+  QosConfig q;
+  q.tenant = tenant;
+  QosClass hi;
+  hi.name = "latency";
+  hi.priority = 0;
+  hi.target_rtt_ns = 100'000;
+  QosClass lo;
+  lo.name = "bulk";
+  lo.priority = 1;
+  QosClass other;
+  other.name = "batch";
+  other.priority = 2;
+  q.policy.classes = {lo, hi, other};  // file order is not priority order
+  QosTenant kv;
+  kv.name = "kv";
+  kv.classes = {"latency", "bulk"};
+  kv.default_class = "latency";
+  kv.max_ops_in_flight = 3;
+  kv.max_lmr_bytes = 1000;
+  kv.max_lmrs = 2;
+  QosTenant etl;
+  etl.name = "etl";
+  etl.classes = {"bulk", "batch"};
+  etl.default_class = "bulk";
+  q.policy.tenants = {kv, etl};
+  return q;
+}
+
+TEST(Scheduler, OffWithoutClasses) {
+  QosConfig q;
+  q.max_outstanding_ops = 2;
+  Scheduler s(q);
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  EXPECT_FALSE(s.enabled());
+  EXPECT_EQ(s.set_thread_class("latency").code(), Code::kUnsupported);
+  Ticket a, b, c;
+  EXPECT_TRUE(s.admit(100, Deadline::never(), &a).is_ok());
+  EXPECT_TRUE(s.admit(100, Deadline::never(), &b).is_ok());
+  EXPECT_EQ(s.admit(100, Deadline::never(), &c).code(), Code::kQuota);
+  EXPECT_EQ(a.cls, Ticket::kNone);
+  s.retire(a);
+  EXPECT_TRUE(s.admit(100, Deadline::never(), &c).is_ok());
+  EXPECT_EQ(s.stats().quota_refused, 1u);
+  q.default_class = "latency";
+  Scheduler bad(q);
+  EXPECT_EQ(bad.start(&error).code(), Code::kInvalidArg);
+  EXPECT_NE(error.find("qos.class"), std::string::npos) << error;
+}
+
+TEST(Scheduler, StartRefusesAnUnknownTenantOrClass) {
+  std::string error;
+  Scheduler nobody(policy("nobody"));
+  EXPECT_EQ(nobody.start(&error).code(), Code::kInvalidArg);
+  EXPECT_NE(error.find("'nobody' is not a configured tenant"), std::string::npos) << error;
+  QosConfig q = policy("kv");
+  q.default_class = "nope";
+  Scheduler unknown(q);
+  EXPECT_EQ(unknown.start(&error).code(), Code::kInvalidArg);
+  EXPECT_NE(error.find("'nope' is not in qos.classes"), std::string::npos) << error;
+  q.default_class = "batch";
+  Scheduler forbidden(q);
+  EXPECT_EQ(forbidden.start(&error).code(), Code::kInvalidArg);
+  EXPECT_NE(error.find("not one tenant 'kv' may use"), std::string::npos) << error;
+}
+
+TEST(Scheduler, ClassesInPriorityOrderAndPerThread) {
+  Scheduler s(policy("kv"));
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  auto cs = s.class_stats();
+  ASSERT_EQ(cs.size(), 3u);
+  EXPECT_EQ(cs[0].name, "latency");
+  EXPECT_EQ(cs[1].name, "bulk");
+  EXPECT_EQ(cs[2].name, "batch");
+  EXPECT_EQ(s.thread_class(), "latency");  // the tenant's default
+  EXPECT_EQ(s.set_thread_class("batch").code(), Code::kPerm);
+  EXPECT_EQ(s.set_thread_class("gold").code(), Code::kNotFound);
+  ASSERT_TRUE(s.set_thread_class("bulk").is_ok());
+  EXPECT_EQ(s.thread_class(), "bulk");
+  std::string elsewhere;
+  std::thread([&] { elsewhere = s.thread_class(); }).join();
+  EXPECT_EQ(elsewhere, "latency");  // other threads keep the process's class
+  Ticket t;
+  ASSERT_TRUE(s.admit(4096, Deadline::never(), &t).is_ok());
+  EXPECT_EQ(s.class_stats()[1].ops, 1u);
+  EXPECT_EQ(s.class_stats()[1].bytes, 4096u);
+  EXPECT_EQ(s.class_stats()[1].in_flight, 1u);
+  s.complete(t, t.start_ns + 50'000);
+  s.complete(t, t.start_ns + 90'000'000);  // a second report is ignored
+  s.retire(t);
+  cs = s.class_stats();
+  EXPECT_EQ(cs[1].in_flight, 0u);
+  EXPECT_GE(cs[1].rtt_p50_ns, 50'000u);
+  EXPECT_LT(cs[1].rtt_p99_ns, 100'000u);
+  ASSERT_TRUE(s.set_thread_class("").is_ok());
+  EXPECT_EQ(s.thread_class(), "latency");
+}
+
+TEST(Scheduler, TenantQuotasRefuseWithQuota) {
+  Scheduler s(policy("kv"));
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  Ticket t[4];
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s.admit(8, Deadline::never(), &t[i]).is_ok());
+  EXPECT_EQ(s.admit(8, Deadline::never(), &t[3]).code(), Code::kQuota);  // max_ops_in_flight 3
+  s.retire(t[0]);
+  EXPECT_TRUE(s.admit(8, Deadline::never(), &t[3]).is_ok());
+  EXPECT_TRUE(s.take_lmr(600).is_ok());
+  EXPECT_EQ(s.take_lmr(600).code(), Code::kQuota);  // max_lmr_bytes 1000
+  EXPECT_TRUE(s.take_lmr(400).is_ok());
+  EXPECT_EQ(s.take_lmr(1).code(), Code::kQuota);  // max_lmrs 2
+  s.give_lmr(400);
+  EXPECT_TRUE(s.take_lmr(1).is_ok());
+  EXPECT_EQ(s.stats().quota_refused, 3u);
+}
+
+// A simulated clock: time moves only when a test or a throttled call's
+// wait moves it.
+std::atomic<uint64_t> sim_ns{1'000'000'000};
+uint64_t sim_now() { return sim_ns.load(); }
+void sim_sleep(uint64_t ns) { sim_ns.fetch_add(ns); }
+
+// The bulk class is throttled while the latency class is active and above
+// its 100 us target, and set free once the latency class goes idle.
+TEST(Scheduler, HigherClassAboveTargetThrottlesTheLowerOne) {
+  Scheduler s(policy("kv"), Clock{&sim_now, &sim_sleep});
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  constexpr uint64_t kT = RateControl::kIntervalNs;
+  auto op = [&](const char* cls, uint64_t bytes, uint64_t takes_ns) {
+    ASSERT_TRUE(s.set_thread_class(cls).is_ok());
+    Ticket t;
+    ASSERT_TRUE(s.admit(bytes, Deadline::never(), &t).is_ok());
+    sim_sleep(takes_ns);
+    s.complete(t);
+    s.retire(t);
+  };
+  // Bulk alone: 1 MiB per 100 us, about 10 GB/s, for a few intervals.
+  for (int i = 0; i < 20; ++i) op("bulk", 1 << 20, kT / 2);
+  auto cs = s.class_stats();
+  EXPECT_EQ(cs[1].rate, RateControl::kUnlimited);
+  EXPECT_EQ(cs[1].delayed, 0u);
+  // A latency call is always in flight while bulk writes, and each takes
+  // about 2 ms, far above its target: bulk is cut to its floor (5% of its
+  // solo rate), so its calls wait for tokens.
+  auto latency_begin = [&](Ticket* t) {
+    ASSERT_TRUE(s.set_thread_class("latency").is_ok());
+    ASSERT_TRUE(s.admit(8, Deadline::never(), t).is_ok());
+  };
+  auto latency_end = [&](Ticket* t) {
+    s.complete(*t);
+    s.retire(*t);
+  };
+  Ticket lat;
+  latency_begin(&lat);
+  for (int i = 0; i < 10; ++i) {
+    for (int k = 0; k < 20; ++k) op("bulk", 1 << 20, kT / 2);
+    latency_end(&lat);
+    latency_begin(&lat);
+  }
+  cs = s.class_stats();
+  EXPECT_EQ(cs[0].rate, RateControl::kUnlimited) << "the highest class is never throttled";
+  EXPECT_NE(cs[1].rate, RateControl::kUnlimited) << "bulk not throttled";
+  EXPECT_EQ(cs[1].throttles, 1u);
+  EXPECT_GE(cs[1].delayed, 1u);  // bulk calls waited for tokens, and got through
+  EXPECT_EQ(cs[1].ops, 220u);
+  EXPECT_GE(cs[0].rtt_p99_ns, 2'000'000u);
+  EXPECT_EQ(cs[2].rate, RateControl::kUnlimited) << "batch moved nothing: nothing to cut";
+  // The latency call in flight ends, and later ones stay within target:
+  // bulk's rate climbs back, and throttling ends.
+  latency_end(&lat);
+  const uint64_t cut = cs[1].rate;
+  for (int i = 0; i < 40 && s.class_stats()[1].rate != RateControl::kUnlimited; ++i) {
+    op("latency", 8, 20'000);
+    op("bulk", 1 << 20, kT / 2);
+    if (s.class_stats()[1].rate != RateControl::kUnlimited) {
+      EXPECT_GE(s.class_stats()[1].rate, cut);
+    }
+  }
+  EXPECT_EQ(s.class_stats()[1].rate, RateControl::kUnlimited);
+  // Throttled again; then the latency class goes idle (or its process
+  // crashed mid-call, leaving nothing in flight here): after its activity
+  // window bulk runs free at once.
+  latency_begin(&lat);
+  for (int i = 0; i < 3; ++i) {
+    for (int k = 0; k < 20; ++k) op("bulk", 1 << 20, kT / 2);
+    latency_end(&lat);
+    latency_begin(&lat);
+  }
+  ASSERT_NE(s.class_stats()[1].rate, RateControl::kUnlimited);
+  latency_end(&lat);
+  sim_sleep(2'000'000);
+  op("bulk", 1 << 20, kT / 2);
+  op("bulk", 1 << 20, kT / 2);
+  EXPECT_EQ(s.class_stats()[1].rate, RateControl::kUnlimited);
+  ASSERT_TRUE(s.set_thread_class("").is_ok());
+}
+
+}  // namespace
+}  // namespace lt::qos
