@@ -125,6 +125,22 @@ class Scheduler {
     if (t.cls != Ticket::kNone) complete(t, clock_.now());
   }
 
+  /// An operation the caller does in place, with no request (a native read
+  /// or write, say): with QoS on it passes the gate, reports its RTT and
+  /// retires. `op()` says whether it was done in place; a refusal by the
+  /// gate goes to *s (and counts as done).
+  template <typename Op>
+  bool gated(uint64_t bytes, Deadline d, Status* s, Op&& op) {
+    if (classes_.empty()) return op();
+    Ticket t;
+    *s = admit(bytes, d, &t);
+    if (!s->is_ok()) return true;
+    const bool done = op();
+    if (done) complete(t);
+    retire(t);
+    return done;
+  }
+
   /// LMR quotas of the tenant: kQuota when `bytes` more (one LMR more)
   /// would pass max_lmr_bytes or max_lmrs. Pair with give_lmr().
   Status take_lmr(uint64_t bytes);

@@ -46,6 +46,12 @@ constexpr Command kCommands[] = {
      "NAME: per transport)",
      cmd_stats},
     {"address", "-> ok HOST:PORT (this node's tcp transport)", cmd_address},
+    {"class", "NAME -> ok (LT_set_class for the command thread; '-': back to the process's)",
+     cmd_class},
+    {"qos",
+     "-> ok NAME:prio=N,ops=N,bytes=N,in_flight=N,delayed=N,throttles=N,p50_ns=N,p99_ns=N ... "
+     "(LT_class_stats, in priority order)",
+     cmd_qos},
     {"malloc", "NODE SIZE RIGHTS -> ok HANDLE (RIGHTS: r, w, rw)", cmd_malloc},
     {"free", "H -> ok", cmd_free},
     {"unmap", "H -> ok", cmd_unmap},

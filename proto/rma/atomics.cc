@@ -74,8 +74,10 @@ bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t oper
   *s = client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m);
   if (!s->is_ok()) return true;
   if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
-  return atomic_now_on(*m, off, fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap,
-                       operand, compare, old, s);
+  return sched_.gated(sizeof(uint64_t), default_deadline(), s, [&] {
+    return atomic_now_on(*m, off, fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap,
+                         operand, compare, old, s);
+  });
 }
 
 Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,

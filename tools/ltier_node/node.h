@@ -196,5 +196,7 @@ std::string cmd_recv_n(lt_engine_t* e, Args& a);
 std::string cmd_send_async(lt_engine_t* e, Args& a);
 std::string cmd_wait_sends(lt_engine_t* e, Args& a);
 std::string cmd_recv_pat(lt_engine_t* e, Args& a);
+std::string cmd_class(lt_engine_t* e, Args& a);
+std::string cmd_qos(lt_engine_t* e, Args& a);
 
 }  // namespace ltier_node

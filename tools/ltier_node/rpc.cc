@@ -98,7 +98,11 @@ std::string cmd_rpc_async(lt_engine_t* e, Args& a) {
   for (uint64_t i = 0; i < count; ++i) {
     int rc =
         LT_RPC_async(e, node, 1, reqs[i].data(), size, reps[i].data(), size, &lens[i], &ids[i]);
-    if (rc) return err(rc) + " issuing call " + std::to_string(i);
+    if (rc) {
+      // The calls made so far write into reps: wait for them first.
+      for (uint64_t k = 0; k < i; ++k) (void)LT_wait(e, ids[k], -1);
+      return err(rc) + " issuing call " + std::to_string(i);
+    }
   }
   for (uint64_t i = 0; i < count; ++i) {
     int rc = LT_wait(e, ids[i], -1);

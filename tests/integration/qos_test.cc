@@ -1,0 +1,138 @@
+// QoS with real processes: two tenants of one QoS file in separate ltier-node
+// processes, their classes, every quota, and joins the file refuses.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "cluster.h"
+
+namespace lt::itest {
+namespace {
+
+const char* kPolicy = R"(qos:
+  classes:
+    - name: latency
+      priority: 0
+      target_rtt: 500us
+    - name: bulk
+      priority: 1
+  tenants:
+    - name: kv
+      classes: [latency, bulk]
+      default_class: latency
+      max_ops_in_flight: 4
+    - name: etl
+      classes: [bulk]
+      max_lmrs: 2
+      max_lmr_bytes: 1MiB
+)";
+
+// The QoS file, written for one test and removed after it.
+class PolicyFile {
+ public:
+  explicit PolicyFile(const std::string& text) {
+    char tmpl[] = "/tmp/ltier-qos-XXXXXX";
+    int fd = mkstemp(tmpl);
+    EXPECT_GE(fd, 0);
+    path_ = tmpl;
+    std::ofstream(path_) << text;
+    if (fd >= 0) close(fd);
+  }
+  ~PolicyFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The field `key` of class `cls` in a "qos" answer, or -1.
+long long qos_field(const std::string& reply, const std::string& cls, const std::string& key) {
+  size_t at = reply.find(" " + cls + ":");
+  if (at == std::string::npos) return -1;
+  size_t end = reply.find(' ', at + 1);
+  std::string part =
+      reply.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+  size_t k = part.find(key + "=");
+  if (k == std::string::npos) return -1;
+  return std::stoll(part.substr(k + key.size() + 1));
+}
+
+TEST(Qos, TenantsGetTheirClassesAndQuotas) {
+  PolicyFile f(kPolicy);
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  Proc* kv = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=kv"});
+  Proc* etl = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=etl"});
+  ASSERT_TRUE(kv && etl);
+  const std::string ikv = id_of(kv), ietl = id_of(etl);
+
+  // kv's calls go to its default class, latency, until it picks bulk.
+  std::string h = ok_value(kv->cmd("malloc " + ietl + " 4096 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(kv->cmd("fill " + h + " 0 4096 7"), "ok");
+  std::string q = kv->cmd("qos");
+  ASSERT_EQ(q.rfind("ok latency:prio=0,", 0), 0u) << q;
+  EXPECT_GE(qos_field(q, "latency", "ops"), 1) << q;
+  EXPECT_GE(qos_field(q, "latency", "bytes"), 4096) << q;
+  EXPECT_EQ(qos_field(q, "bulk", "ops"), 0) << q;
+  ASSERT_EQ(kv->cmd("class bulk"), "ok");
+  ASSERT_EQ(kv->cmd("fill " + h + " 0 4096 8"), "ok");
+  ASSERT_EQ(kv->cmd("sum " + h + " 0 4096"), "ok " + std::to_string(4096 * 8));
+  q = kv->cmd("qos");
+  EXPECT_GE(qos_field(q, "bulk", "ops"), 2) << q;
+  EXPECT_GE(qos_field(q, "bulk", "bytes"), 8192) << q;
+  EXPECT_GT(qos_field(q, "bulk", "p50_ns"), 0) << q;
+  ASSERT_EQ(kv->cmd("class -"), "ok");
+
+  // etl may use bulk only.
+  EXPECT_EQ(etl->cmd("class latency"), "err LT_ERR_PERM");
+  EXPECT_EQ(etl->cmd("class gold"), "err LT_ERR_NOT_FOUND");
+  EXPECT_EQ(etl->cmd("class bulk"), "ok");
+
+  // kv: at most 4 operations in flight; a fifth async call is refused with
+  // QUOTA and the four complete.
+  EXPECT_EQ(kv->cmd("rpc_async " + ietl + " 4 64"), "ok");
+  EXPECT_EQ(kv->cmd("rpc_async " + ietl + " 5 64"), "err LT_ERR_QUOTA issuing call 4");
+  EXPECT_EQ(kv->cmd("rpc_async " + ietl + " 4 64"), "ok");  // nothing leaked
+
+  // etl: at most 2 LMRs and 1 MiB of them, wherever they live.
+  std::string l1 = ok_value(etl->cmd("malloc " + ikv + " 4096 rw"));
+  std::string l2 = ok_value(etl->cmd("malloc " + ietl + " 4096 rw"));
+  ASSERT_FALSE(l1.empty());
+  ASSERT_FALSE(l2.empty());
+  EXPECT_EQ(etl->cmd("malloc " + ikv + " 4096 rw"), "err LT_ERR_QUOTA");
+  ASSERT_EQ(etl->cmd("free " + l1), "ok");
+  EXPECT_EQ(etl->cmd("malloc " + ikv + " 2000000 rw"), "err LT_ERR_QUOTA");
+  std::string l3 = ok_value(etl->cmd("malloc " + ikv + " 1000000 rw"));
+  EXPECT_FALSE(l3.empty());
+  // kv has no LMR quota.
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(ok_value(kv->cmd("malloc " + ikv + " 4096 rw")).empty());
+}
+
+TEST(Qos, JoinsTheFileRefuses) {
+  PolicyFile f(kPolicy);
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  std::string line;
+  EXPECT_EQ(c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=nobody"}, {}, &line), nullptr);
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
+  EXPECT_EQ(c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=etl", "LTIER_QOS_CLASS=latency"},
+                       {}, &line),
+            nullptr);
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
+  PolicyFile broken("qos:\n  classes:\n    - name: a\n      priority: top\n");
+  EXPECT_EQ(c.add_node({"LTIER_CONFIG=" + broken.path()}, {}, &line), nullptr);
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
+  // Without a QoS file any tenant joins, and there are no classes.
+  Proc* plain = c.add_node({"LTIER_TENANT=whoever"});
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(plain->cmd("qos"), "err LT_ERR_UNSUPPORTED");
+  EXPECT_EQ(plain->cmd("class bulk"), "err LT_ERR_UNSUPPORTED");
+}
+
+}  // namespace
+}  // namespace lt::itest
