@@ -191,6 +191,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"qos.class", "LTIER_QOS_CLASS",
        "class of this process's calls (one its tenant may use); empty: the tenant's default",
        K::kString, &c.qos.default_class},
+      {"qos.board", "LTIER_QOS_BOARD",
+       "shared memory the engines of this host exchange QoS state through: auto "
+       "(ltier-qos-UID), none (this engine alone), or a name",
+       K::kString, &c.qos.board},
       {"qos.max_outstanding_ops", "LTIER_MAX_OUTSTANDING_OPS",
        "tenant quota on operations in flight (LT_ERR_QUOTA above it)", K::kU32,
        &c.qos.max_outstanding_ops},

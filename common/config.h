@@ -86,6 +86,7 @@ struct EngineConfig {
 struct QosConfig {
   std::string tenant = "default";
   std::string default_class;            // this process's class; empty: the tenant's default
+  std::string board = "auto";           // the host's QoS board: auto, none, or a shm name
   uint32_t max_outstanding_ops = 4096;  // per-tenant quota on in-flight operations
   QosPolicy policy;                     // qos.classes and qos.tenants (common/qos_config.h)
 };

@@ -1,6 +1,7 @@
 #include "qos/scheduler.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -126,6 +127,14 @@ Status Scheduler::start(std::string* error) {
     default_class = config_.default_class;
   }
   process_class_ = static_cast<uint8_t>(index(default_class));
+  if (config_.board != "none") {
+    const std::string name = config_.board == "auto" || config_.board.empty()
+                                 ? "ltier-qos-" + std::to_string(::getuid())
+                                 : config_.board;
+    if (!board_.open(name, static_cast<uint32_t>(classes_.size())).is_ok()) {
+      LT_WARN("qos: no host board: classes of other processes on this host do not throttle ours");
+    }
+  }
   LT_INFO("qos: tenant '%s', %zu classes, this process's class '%s'", config_.tenant.c_str(),
           classes_.size(), default_class.c_str());
   return Status::ok();
@@ -218,10 +227,17 @@ void Scheduler::tick(uint64_t now) {
   const uint64_t dt =
       last_tick_ != 0 && now > last_tick_ ? now - last_tick_ : RateControl::kIntervalNs;
   last_tick_ = now;
+  board_.scan(now, &remote_);
   bool higher_active = false, higher_congested = false;
   size_t i = 0;
   while (i < classes_.size()) {
     const uint32_t prio = classes_[i]->cfg.priority;
+    for (const BoardEntry& r : remote_) {  // other processes' higher classes
+      if (r.priority < prio) {
+        higher_active = higher_active || r.active;
+        higher_congested = higher_congested || (r.active && r.congested);
+      }
+    }
     bool group_active = false, group_congested = false;
     for (; i < classes_.size() && classes_[i]->cfg.priority == prio; ++i) {
       Class& k = *classes_[i];
@@ -244,8 +260,10 @@ void Scheduler::tick(uint64_t now) {
       if (throttled && !was_throttled) {
         LT_DEBUG("qos: class '%s' throttled", k.cfg.name.c_str());
       }
+      const bool congested = active && target != 0 && signal > target;
+      board_.publish(static_cast<uint32_t>(i), prio, active, congested, now);
       group_active = group_active || active;
-      group_congested = group_congested || (active && target != 0 && signal > target);
+      group_congested = group_congested || congested;
     }
     higher_active = higher_active || group_active;
     higher_congested = higher_congested || group_congested;

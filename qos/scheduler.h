@@ -26,6 +26,7 @@
 #include "common/config.h"
 #include "common/spinlock.h"
 #include "common/time.h"
+#include "qos/host_board.h"
 #include "qos/rate_control.h"
 #include "qos/rtt_histogram.h"
 #include "transport/transport.h"
@@ -191,7 +192,10 @@ class Scheduler {
   uint32_t max_lmrs_ = 0;
   const uint64_t id_;  // tells this engine's thread classes from another's
   std::atomic<uint64_t> next_tick_{0};
-  uint64_t last_tick_ = 0;  // under tick's CAS winner only
+  // The tick's own (one thread at a time, the winner of next_tick_'s CAS).
+  uint64_t last_tick_ = 0;
+  HostBoard board_;                 // the other engines of this host
+  std::vector<BoardEntry> remote_;  // their classes, as of the last tick
   std::atomic<uint32_t> in_flight_{0};
   std::atomic<uint64_t> lmr_bytes_{0};
   std::atomic<uint32_t> lmrs_{0};

@@ -1,6 +1,7 @@
 // QoS with real processes: two tenants of one QoS file in separate ltier-node
 // processes, their classes, every quota, and joins the file refuses.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,7 +18,7 @@ const char* kPolicy = R"(qos:
   classes:
     - name: latency
       priority: 0
-      target_rtt: 500us
+      target_rtt: 1us
     - name: bulk
       priority: 1
   tenants:
@@ -49,6 +50,18 @@ class PolicyFile {
   std::string path_;
 };
 
+// The host board of one test: its own, so other engines on this host do not
+// throttle the test's, and removed after it.
+class Board {
+ public:
+  Board() : name_("ltier-qos-itest-" + std::to_string(getpid())) {}
+  ~Board() { shm_unlink(("/" + name_).c_str()); }
+  std::string env() const { return "LTIER_QOS_BOARD=" + name_; }
+
+ private:
+  std::string name_;
+};
+
 // The field `key` of class `cls` in a "qos" answer, or -1.
 long long qos_field(const std::string& reply, const std::string& cls, const std::string& key) {
   size_t at = reply.find(" " + cls + ":");
@@ -63,10 +76,11 @@ long long qos_field(const std::string& reply, const std::string& cls, const std:
 
 TEST(Qos, TenantsGetTheirClassesAndQuotas) {
   PolicyFile f(kPolicy);
+  Board board;
   Cluster c;
   ASSERT_TRUE(c.ok());
-  Proc* kv = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=kv"});
-  Proc* etl = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=etl"});
+  Proc* kv = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=kv", board.env()});
+  Proc* etl = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=etl", board.env()});
   ASSERT_TRUE(kv && etl);
   const std::string ikv = id_of(kv), ietl = id_of(etl);
 
@@ -111,6 +125,37 @@ TEST(Qos, TenantsGetTheirClassesAndQuotas) {
   EXPECT_FALSE(l3.empty());
   // kv has no LMR quota.
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(ok_value(kv->cmd("malloc " + ikv + " 4096 rw")).empty());
+}
+
+// The latency tenant's class (target 1 us: every call is above it) in one
+// process throttles the bulk tenant's writes in another, through the host
+// board; the writes still all arrive.
+TEST(Qos, ALatencyTenantThrottlesABulkTenantInAnotherProcess) {
+  PolicyFile f(kPolicy);
+  Board board;
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  Proc* kv = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=kv", board.env()});
+  Proc* etl = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=etl", board.env()});
+  ASSERT_TRUE(kv && etl);
+  const std::string ikv = id_of(kv), ietl = id_of(etl);
+  std::string h = ok_value(etl->cmd("malloc " + ikv + " 1000000 rw"));
+  ASSERT_FALSE(h.empty());
+  std::string q = etl->cmd("qos");
+  EXPECT_EQ(qos_field(q, "bulk", "throttles"), 0) << q;
+  // kv calls etl in a loop (about a second here; longer than the writes);
+  // etl writes 64 x 1000000 bytes meanwhile.
+  ASSERT_TRUE(kv->send("rpc_threads " + ietl + " 1 100000"));
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_EQ(etl->cmd("write_pat " + h + " 0 1000000 " + std::to_string(i) + " 1000000"), "ok");
+  }
+  ASSERT_EQ(etl->cmd("check_pat " + h + " 0 1000000 63 1000000"), "ok");
+  EXPECT_EQ(kv->read_line(100000), "ok");
+  q = etl->cmd("qos");
+  EXPECT_GE(qos_field(q, "bulk", "throttles"), 1) << q;
+  EXPECT_GE(qos_field(q, "bulk", "delayed"), 1) << q;
+  std::string qk = kv->cmd("qos");
+  EXPECT_EQ(qos_field(qk, "latency", "throttles"), 0) << qk;
 }
 
 TEST(Qos, JoinsTheFileRefuses) {
