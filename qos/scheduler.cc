@@ -186,7 +186,10 @@ Status Scheduler::pace(uint64_t bytes, Deadline d, Ticket* t) {
       k.waiting.fetch_sub(1, std::memory_order_relaxed);
       return Code::kTimedOut;
     }
-    clock_.sleep(std::min(wait, std::max<uint64_t>(d.remaining_ns(), 1)));
+    // At most one control interval at a time: a class set free (the higher
+    // class went idle) goes on within an interval, not after a long wait.
+    clock_.sleep(
+        std::min({wait, RateControl::kIntervalNs, std::max<uint64_t>(d.remaining_ns(), 1)}));
     now = clock_.now();
     maybe_tick(now);
   }
