@@ -3,6 +3,7 @@
 // return codes.
 #pragma once
 
+#include "api/metrics.h"
 #include "common/config.h"
 #include "common/siphash.h"
 #include "common/status.h"
@@ -11,6 +12,7 @@
 struct lt_engine {
   explicit lt_engine(const lt::Config& c) : core(c) {}
   lt::proto::Engine core;
+  std::unique_ptr<lt::api::MetricsServer> metrics;  // metrics.listen; stopped before leave
   // Request ids leave the library XORed with this: an id of another engine
   // (or a made-up one) names no request here, with overwhelming
   // probability, instead of this engine's request in the same slot.

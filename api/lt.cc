@@ -170,12 +170,24 @@ int LT_join(const lt_join_opts_t* opts, lt_engine_t** out) {
     delete e;
     return rc(s);
   }
+  if (!c.metrics.listen.empty()) {
+    std::string why;
+    auto m = lt::api::serve_metrics(e->core, c.metrics.listen, &why);
+    if (!m) {
+      LT_ERROR("join: %s", why.c_str());
+      e->core.leave();
+      delete e;
+      return rc(m.status().code() == lt::Code::kUnsupported ? m.status() : lt::Code::kInvalidArg);
+    }
+    e->metrics = std::move(m.value());
+  }
   *out = e;
   return 0;
 }
 
 int LT_leave(lt_engine_t* e) {
   if (e == nullptr) return -LT_ERR_INVAL;
+  e->metrics.reset();  // no scrape reads the engine from here on
   e->core.leave();
   delete e;
   return 0;

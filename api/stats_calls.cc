@@ -2,9 +2,19 @@
 // (ltier-node's stats command) and tests that check resource use.
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "api/internal.h"
 #include "ltier/lt.h"
+
+int LT_metrics_address(const lt_engine_t* e, char* buf, size_t cap) {
+  if (e == nullptr || buf == nullptr) return -LT_ERR_INVAL;
+  if (!e->metrics) return -LT_ERR_UNSUPPORTED;
+  const std::string a = e->metrics->address();
+  if (a.size() + 1 > cap) return -LT_ERR_TRUNCATED;
+  std::memcpy(buf, a.c_str(), a.size() + 1);
+  return 0;
+}
 
 int LT_stats(lt_engine_t* e, lt_stats_t* out) {
   if (e == nullptr || out == nullptr) return -LT_ERR_INVAL;

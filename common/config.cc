@@ -191,6 +191,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"qos.class", "LTIER_QOS_CLASS",
        "class of this process's calls (one its tenant may use); empty: the tenant's default",
        K::kString, &c.qos.default_class},
+      {"metrics.listen", "LTIER_METRICS_LISTEN",
+       "HOST:PORT where this engine serves its metrics to Prometheus (GET /metrics); empty: "
+       "none",
+       K::kString, &c.metrics.listen},
       {"qos.board", "LTIER_QOS_BOARD",
        "shared memory the engines of this host exchange QoS state through: auto "
        "(ltier-qos-UID), none (this engine alone), or a name",

@@ -91,6 +91,10 @@ struct QosConfig {
   QosPolicy policy;                     // qos.classes and qos.tenants (common/qos_config.h)
 };
 
+struct MetricsConfig {
+  std::string listen;  // HOST:PORT for Prometheus scrapes; empty: none
+};
+
 struct Config {
   ClusterConfig cluster;
   TcpConfig tcp;
@@ -98,6 +102,7 @@ struct Config {
   VerbsConfig verbs;
   EngineConfig engine;
   QosConfig qos;
+  MetricsConfig metrics;
   // Allowed transports (LTIER_TRANSPORTS, like UCX_TLS): shm for peers on this
   // host (same boot id and network namespace), rc where both ends have an
   // RDMA device, tcp for the others. One this node cannot open steps aside.

@@ -9,6 +9,9 @@
 //   ltier-info --devices [--config FILE]
 //                              RDMA devices and ports (state, MTU, GIDs, limits)
 //                              and the device, port and GID ltier would use
+//   ltier-info --stats HOST:PORT [--interval-ms N] [--count N]
+//                              a running engine's QoS classes and transports,
+//                              read from its metrics.listen endpoint
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -91,8 +94,11 @@ int peers(int argc, char** argv) {
   return 0;
 }
 
+int stats_main(int argc, char** argv);  // ltier_info_stats.cc
+
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--peers") == 0) return peers(argc, argv);
+  if (argc >= 2 && std::strcmp(argv[1], "--stats") == 0) return stats_main(argc, argv);
   if (argc >= 2 && std::strcmp(argv[1], "--devices") == 0) return devices(argc, argv);
   if (argc >= 2 && std::strcmp(argv[1], "--config") == 0) {
     printf("%-26s %-30s %-18s %s\n", "key", "environment", "value", "meaning");
@@ -106,7 +112,7 @@ int main(int argc, char** argv) {
   if (argc >= 2) {
     fprintf(stderr,
             "usage: ltier-info [--config [FILE]] [--peers [--manager H:P] [--secret S]] "
-            "[--devices [--config FILE]]\n");
+            "[--devices [--config FILE]] [--stats HOST:PORT [--interval-ms N] [--count N]]\n");
     return 2;
   }
   printf("ltier transports:\n");

@@ -52,6 +52,7 @@ constexpr Command kCommands[] = {
      "-> ok NAME:prio=N,ops=N,bytes=N,in_flight=N,delayed=N,throttles=N,p50_ns=N,p99_ns=N ... "
      "(LT_class_stats, in priority order)",
      cmd_qos},
+    {"metrics", "-> ok HOST:PORT (LT_metrics_address: where metrics.listen serves)", cmd_metrics},
     {"malloc", "NODE SIZE RIGHTS -> ok HANDLE (RIGHTS: r, w, rw)", cmd_malloc},
     {"free", "H -> ok", cmd_free},
     {"unmap", "H -> ok", cmd_unmap},

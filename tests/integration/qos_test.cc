@@ -1,7 +1,10 @@
 // QoS with real processes: two tenants of one QoS file in separate ltier-node
 // processes, their classes, every quota, and joins the file refuses.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -156,6 +159,85 @@ TEST(Qos, ALatencyTenantThrottlesABulkTenantInAnotherProcess) {
   EXPECT_GE(qos_field(q, "bulk", "delayed"), 1) << q;
   std::string qk = kv->cmd("qos");
   EXPECT_EQ(qos_field(qk, "latency", "throttles"), 0) << qk;
+}
+
+// GET /metrics from 127.0.0.1:PORT ("" on failure): the whole HTTP answer.
+std::string http_get(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;)
+        out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+// The value of the sample line that starts with `prefix`, or -1.
+double sample(const std::string& text, const std::string& prefix) {
+  size_t at = text.find("\n" + prefix);
+  if (at == std::string::npos) return -1;
+  size_t eol = text.find('\n', at + 1);
+  std::string line = text.substr(at + 1, eol - at - 1);
+  return std::stod(line.substr(line.rfind(' ') + 1));
+}
+
+// Metrics scraped over HTTP from a running node, and shown by ltier-info.
+TEST(Qos, MetricsAreServedOverHttp) {
+  PolicyFile f(kPolicy);
+  Board board;
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  Proc* kv = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=kv", board.env(),
+                         "LTIER_METRICS_LISTEN=127.0.0.1:0"});
+  Proc* plain = c.add_node();
+  ASSERT_TRUE(kv && plain);
+  EXPECT_EQ(plain->cmd("metrics"), "err LT_ERR_UNSUPPORTED");
+  const std::string addr = ok_value(kv->cmd("metrics"));
+  ASSERT_EQ(addr.rfind("127.0.0.1:", 0), 0u) << addr;
+  std::string h = ok_value(kv->cmd("malloc " + id_of(plain) + " 4096 rw"));
+  ASSERT_FALSE(h.empty());
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(kv->cmd("fill " + h + " 0 4096 3"), "ok");
+  ASSERT_EQ(kv->cmd("class bulk"), "ok");
+  ASSERT_EQ(kv->cmd("fill " + h + " 0 100 3"), "ok");
+  const std::string m = http_get(addr);
+  ASSERT_EQ(m.rfind("HTTP/1.", 0), 0u) << m.substr(0, 200);
+  const std::string lat = "ltier_class_ops_total{node=\"" + id_of(kv) + "\",tenant=\"kv\",class=";
+  EXPECT_GE(sample(m, lat + "\"latency\"}"), 11) << m;
+  EXPECT_GE(sample(m, lat + "\"bulk\"}"), 1) << m;
+  EXPECT_GE(sample(m, "ltier_class_bytes_total{node=\"" + id_of(kv) +
+                          "\",tenant=\"kv\",class=\"latency\"}"),
+            40960)
+      << m;
+  EXPECT_NE(m.find("ltier_class_rtt_seconds{"), std::string::npos);
+  EXPECT_NE(m.find("ltier_quota_refused_total{"), std::string::npos);
+  EXPECT_NE(m.find("ltier_transport_connections{"), std::string::npos);
+  // ltier-info --stats shows the same as a table.
+  FILE* p = popen((Cluster::bin("ltier-info") + " --stats " + addr).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string table;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p)) table += buf;
+  EXPECT_EQ(pclose(p), 0);
+  EXPECT_NE(table.find("kv/latency"), std::string::npos) << table;
+  EXPECT_NE(table.find("kv/bulk"), std::string::npos) << table;
+  // A metrics address that cannot be served refuses the join.
+  std::string line;
+  EXPECT_EQ(c.add_node({"LTIER_METRICS_LISTEN=" + addr}, {}, &line), nullptr);  // taken
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
+  EXPECT_EQ(c.add_node({"LTIER_METRICS_LISTEN=nowhere"}, {}, &line), nullptr);
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
 }
 
 TEST(Qos, JoinsTheFileRefuses) {

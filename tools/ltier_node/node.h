@@ -198,5 +198,6 @@ std::string cmd_wait_sends(lt_engine_t* e, Args& a);
 std::string cmd_recv_pat(lt_engine_t* e, Args& a);
 std::string cmd_class(lt_engine_t* e, Args& a);
 std::string cmd_qos(lt_engine_t* e, Args& a);
+std::string cmd_metrics(lt_engine_t* e, Args& a);
 
 }  // namespace ltier_node

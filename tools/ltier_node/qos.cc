@@ -25,4 +25,10 @@ std::string cmd_qos(lt_engine_t* e, Args&) {
   return s;
 }
 
+std::string cmd_metrics(lt_engine_t* e, Args&) {
+  char addr[128];
+  if (int rc = LT_metrics_address(e, addr, sizeof(addr)); rc != 0) return err(rc);
+  return std::string("ok ") + addr;
+}
+
 }  // namespace ltier_node

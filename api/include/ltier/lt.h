@@ -342,6 +342,10 @@ typedef struct lt_stats {
 } lt_stats_t;
 /* This node's counters and what its transports hold now. -LT_ERR_INVAL. */
 int LT_stats(lt_engine_t* e, lt_stats_t* out);
+/* "HOST:PORT" where this engine serves Prometheus metrics (metrics.listen,
+ * with the port the system chose for :0). -LT_ERR_UNSUPPORTED when it serves
+ * none; -LT_ERR_TRUNCATED when cap is too small. */
+int LT_metrics_address(const lt_engine_t* e, char* buf, size_t cap);
 
 /* ---- QoS (docs/API.md "QoS classes and tenants") ----
  * With qos.classes configured, every call belongs to a priority class: the

@@ -1,0 +1,148 @@
+#include "api/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
+
+#include <exception>
+
+#include "common/config.h"
+#include "proto/engine.h"
+
+namespace lt::api {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily family(const char* name, const char* help, MetricType type) {
+  MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+void add(MetricFamily* f, std::vector<ClientMetric::Label> labels, double v) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f->type == MetricType::Counter) {
+    m.counter.value = v;
+  } else {
+    m.gauge.value = v;
+  }
+  f->metric.push_back(std::move(m));
+}
+
+// Reads the engine at each scrape (the exposer's thread).
+class EngineCollector final : public prometheus::Collectable {
+ public:
+  explicit EngineCollector(const proto::Engine& e) : e_(e) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const qos::Scheduler& sched = e_.scheduler();
+    const std::string tenant = sched.tenant();
+    const std::string node = std::to_string(e_.self());
+    std::vector<MetricFamily> out;
+    auto ops =
+        family("ltier_class_ops_total", "operations admitted, by QoS class", MetricType::Counter);
+    auto bytes = family("ltier_class_bytes_total", "payload bytes admitted, by QoS class",
+                        MetricType::Counter);
+    auto depth = family("ltier_class_queue_depth", "calls waiting for the class's tokens now",
+                        MetricType::Gauge);
+    auto in_flight = family("ltier_class_in_flight", "operations admitted, not yet completed",
+                            MetricType::Gauge);
+    auto rtt = family("ltier_class_rtt_seconds", "RTT of completed operations (quantile)",
+                      MetricType::Gauge);
+    auto throttles = family("ltier_class_throttles_total", "times throttling of the class started",
+                            MetricType::Counter);
+    auto delayed =
+        family("ltier_class_delayed_total", "calls that waited for tokens", MetricType::Counter);
+    auto rate = family("ltier_class_rate_bytes_per_second",
+                       "bytes/s the class may send now (-1: not throttled)", MetricType::Gauge);
+    for (const auto& c : sched.class_stats()) {
+      const std::vector<ClientMetric::Label> l = {
+          {"node", node}, {"tenant", tenant}, {"class", c.name}};
+      add(&ops, l, static_cast<double>(c.ops));
+      add(&bytes, l, static_cast<double>(c.bytes));
+      add(&depth, l, static_cast<double>(c.waiting));
+      add(&in_flight, l, static_cast<double>(c.in_flight));
+      auto q = l;
+      q.push_back({"quantile", "0.5"});
+      add(&rtt, q, static_cast<double>(c.rtt_p50_ns) / 1e9);
+      q.back().value = "0.99";
+      add(&rtt, q, static_cast<double>(c.rtt_p99_ns) / 1e9);
+      add(&throttles, l, static_cast<double>(c.throttles));
+      add(&delayed, l, static_cast<double>(c.delayed));
+      add(&rate, l, c.rate == qos::RateControl::kUnlimited ? -1.0 : static_cast<double>(c.rate));
+    }
+    for (auto* f : {&ops, &bytes, &depth, &in_flight, &rtt, &throttles, &delayed, &rate}) {
+      if (!f->metric.empty()) out.push_back(std::move(*f));
+    }
+    const qos::SchedulerStats ss = sched.stats();
+    auto quota =
+        family("ltier_quota_refused_total", "calls refused by a tenant quota", MetricType::Counter);
+    add(&quota, {{"node", node}, {"tenant", tenant}}, static_cast<double>(ss.quota_refused));
+    out.push_back(std::move(quota));
+    auto posted =
+        family("ltier_posted_total", "work requests posted to transports", MetricType::Counter);
+    add(&posted, {{"node", node}, {"tenant", tenant}}, static_cast<double>(ss.posted));
+    out.push_back(std::move(posted));
+    const proto::EngineStats es = e_.stats();
+    auto served = family("ltier_served_total", "requests from peers this node's CPU served",
+                         MetricType::Counter);
+    add(&served, {{"node", node}}, static_cast<double>(es.served));
+    out.push_back(std::move(served));
+    auto conns = family("ltier_transport_connections", "live connections to peers, by transport",
+                        MetricType::Gauge);
+    for (const auto& [name, t] : e_.transport_stats()) {
+      add(&conns, {{"node", node}, {"transport", name}}, static_cast<double>(t.connections));
+    }
+    out.push_back(std::move(conns));
+    return out;
+  }
+
+ private:
+  const proto::Engine& e_;
+};
+
+class PrometheusServer final : public MetricsServer {
+ public:
+  PrometheusServer(const proto::Engine& e, const std::string& listen)
+      : collector_(std::make_shared<EngineCollector>(e)), exposer_(listen, 1) {
+    exposer_.RegisterCollectable(collector_);
+    host_ = listen.substr(0, listen.rfind(':'));
+  }
+  std::string address() const override {
+    auto ports = exposer_.GetListeningPorts();
+    return host_ + ":" + (ports.empty() ? std::string("0") : std::to_string(ports.front()));
+  }
+
+ private:
+  std::shared_ptr<EngineCollector> collector_;
+  prometheus::Exposer exposer_;
+  std::string host_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<MetricsServer>> serve_metrics(const proto::Engine& e,
+                                                     const std::string& listen,
+                                                     std::string* error) {
+  std::string host;
+  uint16_t port = 0;
+  if (!parse_host_port(listen, &host, &port).is_ok()) {
+    if (error) *error = "metrics.listen '" + listen + "' is not HOST:PORT";
+    return Code::kInvalidArg;
+  }
+  try {
+    return std::unique_ptr<MetricsServer>(new PrometheusServer(e, listen));
+  } catch (const std::exception& ex) {  // civetweb could not listen there
+    if (error) *error = "metrics.listen '" + listen + "': " + ex.what();
+    return Code::kInvalidArg;
+  }
+}
+
+}  // namespace lt::api
