@@ -73,6 +73,16 @@ TEST(QosConfigTest, ReadsClassesAndTenants) {
   EXPECT_TRUE(check_qos_tenant(p, "etl", &error).is_ok());
 }
 
+// The example the docs and ./ltier demo use loads as it is.
+TEST(QosConfigTest, TheExampleFileLoads) {
+  Config c;
+  std::string error;
+  ASSERT_TRUE(load_config(LTIER_SOURCE_DIR "/examples/qos.yaml", &c, &error).is_ok()) << error;
+  EXPECT_EQ(c.qos.policy.classes.size(), 3u);
+  EXPECT_EQ(c.qos.policy.tenants.size(), 2u);
+  EXPECT_TRUE(check_qos_tenant(c.qos.policy, "kv", &error).is_ok());
+}
+
 TEST(QosConfigTest, NoPolicyMeansQosOff) {
   Config c;
   std::string error;
