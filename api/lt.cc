@@ -89,7 +89,9 @@ template <typename Submit>
 int chunked(lt_engine_t* e, uint64_t len, Submit&& submit) {
   constexpr uint64_t kChunk = 16ull << 20;
   constexpr int kWindow = 4;
-  uint64_t chunk = std::min<uint64_t>(kChunk, e->core.max_op_bytes());
+  // Smaller pieces while a higher QoS class is active (each passes the gate).
+  uint64_t chunk =
+      e->core.scheduler().chunk_bytes(std::min<uint64_t>(kChunk, e->core.max_op_bytes()));
   if (len <= chunk) return blocking(e, [&] { return submit(0, len); });
   lt::proto::ReqId inflight[kWindow];
   int head = 0, count = 0, first = 0;

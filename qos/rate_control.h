@@ -22,14 +22,16 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "qos/token_bucket.h"
+
 namespace lt::qos {
 
 class RateControl {
  public:
-  static constexpr uint64_t kIntervalNs = 200'000;  // update period
-  static constexpr double kDecrease = 0.5;          // rate kept on a congested interval
-  static constexpr uint32_t kIncreaseSteps = 16;    // intervals from floor-ish to solo
-  static constexpr uint64_t kMinRate = 1u << 20;    // bytes/s: the least a floor may be
+  static constexpr uint64_t kIntervalNs = TokenBucket::kIntervalNs;  // update period
+  static constexpr double kDecrease = 0.5;        // rate kept on a congested interval
+  static constexpr uint32_t kIncreaseSteps = 16;  // intervals from floor-ish to solo
+  static constexpr uint64_t kMinRate = 1u << 20;  // bytes/s: the least a floor may be
   static constexpr uint64_t kUnlimited = ~uint64_t{0};
 
   explicit RateControl(uint32_t floor_percent = 5) : floor_percent_(floor_percent) {}
@@ -43,12 +45,11 @@ class RateControl {
     if (!higher_active) {
       if (throttled_) ++recoveries_;
       throttled_ = false;
-      rate_ = kUnlimited;
+      set(kUnlimited);
       // The solo rate follows what the class does alone (a slow EWMA, so
       // one quiet interval does not forget it).
       if (measured > 0) solo_ = solo_ == 0 ? measured : (solo_ * 7 + measured) / 8;
-      tokens_ = 0;
-      last_ns_ = now;
+      bucket_.reset(now);
       return;
     }
     const uint64_t solo = std::max(solo_, std::max(measured, kMinRate));
@@ -59,35 +60,30 @@ class RateControl {
       if (!congested || measured == 0) return;
       throttled_ = true;
       ++throttles_;
-      rate_ = std::max(std::min(measured, solo), floor);  // from where it is now
-      last_ns_ = now;
-      tokens_ = 0;
+      set(std::max(std::min(measured, solo), floor));  // from where it is now
+      bucket_.reset(now);
     }
     if (congested) {
-      rate_ = std::max(floor, static_cast<uint64_t>(static_cast<double>(rate_) * kDecrease));
+      set(std::max(floor, static_cast<uint64_t>(static_cast<double>(rate_) * kDecrease)));
       ++decreases_;
     } else {
-      rate_ += std::max<uint64_t>(solo / kIncreaseSteps, 1);
+      set(rate_ + std::max<uint64_t>(solo / kIncreaseSteps, 1));
       if (rate_ >= solo) {
         throttled_ = false;
-        rate_ = kUnlimited;
+        set(kUnlimited);
         ++recoveries_;
       }
     }
   }
 
   /// Takes `bytes` of tokens at `now`: 0 when the operation may go, else
-  /// how long to wait before asking again. Tokens may go into debt by one
-  /// operation, so an operation larger than a bucket still passes.
+  /// how long to wait before asking again (TokenBucket).
   uint64_t take(uint64_t bytes, uint64_t now) {
-    if (rate_ == kUnlimited) return 0;
-    refill(now);
-    if (tokens_ >= 0) {
-      tokens_ -= static_cast<int64_t>(bytes);
-      return 0;
-    }
-    return static_cast<uint64_t>(-tokens_) * 1'000'000'000ull / rate_ + 1;
+    return rate_ == kUnlimited ? 0 : bucket_.take(bytes, now);
   }
+  /// The same in two steps (TokenBucket::wait, spend), to combine with caps.
+  uint64_t wait(uint64_t now) { return rate_ == kUnlimited ? 0 : bucket_.wait(now); }
+  void spend(uint64_t bytes) { bucket_.spend(bytes); }
 
   bool throttled() const { return throttled_; }
   uint64_t rate() const { return rate_; }  // bytes/s, kUnlimited when not throttled
@@ -96,24 +92,17 @@ class RateControl {
   uint64_t decreases() const { return decreases_; }
 
  private:
-  void refill(uint64_t now) {
-    if (now <= last_ns_) return;
-    const uint64_t dt = now - last_ns_;
-    last_ns_ = now;
-    const int64_t add = static_cast<int64_t>(std::min<uint64_t>(
-        static_cast<uint64_t>(static_cast<double>(rate_) * static_cast<double>(dt) / 1e9),
-        uint64_t{1} << 40));
-    // A bucket holds one interval's worth: an idle spell earns no burst.
-    const int64_t cap = static_cast<int64_t>(rate_ / (1'000'000'000ull / kIntervalNs)) + 1;
-    tokens_ = std::min(tokens_ + add, cap);
+  // Every change of rate_ while throttled goes to the bucket too.
+  void set(uint64_t rate) {
+    rate_ = rate;
+    bucket_.set_rate(rate == kUnlimited ? 0 : rate);
   }
 
   uint32_t floor_percent_;
   bool throttled_ = false;
   uint64_t rate_ = kUnlimited;
   uint64_t solo_ = 0;
-  int64_t tokens_ = 0;
-  uint64_t last_ns_ = 0;
+  TokenBucket bucket_;
   uint64_t throttles_ = 0, decreases_ = 0, recoveries_ = 0;
 };
 

@@ -34,11 +34,15 @@ thread_local ThreadClass tl_class;
 }  // namespace
 
 struct Scheduler::Class {
-  explicit Class(const QosClass& c) : cfg(c), rc(c.floor_percent) {}
+  explicit Class(const QosClass& c) : cfg(c), rc(c.floor_percent) {
+    cap_ops.set_rate(c.max_ops_per_s);
+    cap_bytes.set_rate(c.max_bytes_per_s);
+  }
   QosClass cfg;
 
-  SpinLock mu;  // rc and the interval's figures
+  SpinLock mu;  // rc, the caps and the interval's figures
   RateControl rc;
+  TokenBucket cap_ops, cap_bytes;  // max_ops_per_s, max_bytes_per_s: always (rate 0: none)
   uint64_t interval_bytes = 0;
   uint64_t interval_max_rtt = 0;
   // The class's RTT signal: the largest RTT of the last interval that had
@@ -50,7 +54,8 @@ struct Scheduler::Class {
 
   std::atomic<uint64_t> ops{0}, bytes{0}, in_flight{0}, waiting{0}, delayed{0};
   std::atomic<uint64_t> last_active{0};
-  std::atomic<uint64_t> target{0};  // ns; 0 until derived
+  std::atomic<uint64_t> target{0};        // ns; 0 until derived
+  std::atomic<bool> under_higher{false};  // a higher class was active at the last tick
   RttHistogram rtt;
 
   uint64_t target_locked() const {
@@ -155,6 +160,13 @@ Status Scheduler::set_thread_class(const std::string& name) const {
   return Code::kNotFound;
 }
 
+uint64_t Scheduler::chunk_bytes(uint64_t normal) const {
+  if (classes_.empty()) return normal;
+  return classes_[current_class()]->under_higher.load(std::memory_order_relaxed)
+             ? std::min(normal, kYieldChunk)
+             : normal;
+}
+
 std::string Scheduler::thread_class() const {
   return classes_.empty() ? std::string() : classes_[current_class()]->cfg.name;
 }
@@ -173,8 +185,13 @@ Status Scheduler::pace(uint64_t bytes, Deadline d, Ticket* t) {
   bool counted_wait = false;
   for (;;) {
     k.mu.lock();
-    const uint64_t wait = k.rc.take(cost, now);
-    if (wait == 0) k.interval_bytes += cost;
+    const uint64_t wait = std::max({k.rc.wait(now), k.cap_ops.wait(now), k.cap_bytes.wait(now)});
+    if (wait == 0) {
+      k.rc.spend(cost);
+      k.cap_ops.spend(1);
+      k.cap_bytes.spend(bytes);
+      k.interval_bytes += cost;
+    }
     k.mu.unlock();
     if (wait == 0) break;
     if (!counted_wait) {
@@ -260,6 +277,7 @@ void Scheduler::tick(uint64_t now) {
       const bool throttled = k.rc.throttled();
       k.mu.unlock();
       k.target.store(target, std::memory_order_relaxed);
+      k.under_higher.store(higher_active, std::memory_order_relaxed);
       if (throttled && !was_throttled) {
         LT_DEBUG("qos: class '%s' throttled", k.cfg.name.c_str());
       }

@@ -29,6 +29,7 @@
 #include "qos/host_board.h"
 #include "qos/rate_control.h"
 #include "qos/rtt_histogram.h"
+#include "qos/token_bucket.h"
 #include "transport/transport.h"
 
 namespace lt::qos {
@@ -84,6 +85,13 @@ class Scheduler {
   Status start(std::string* error);
 
   bool enabled() const { return !classes_.empty(); }
+
+  /// Largest piece a blocking transfer of the calling thread's class should
+  /// be cut into: `normal`, or kYieldChunk while a higher class is active, so
+  /// a higher class's call never waits behind a whole large transfer of this
+  /// one in a transport's queue. Each piece passes the gate on its own.
+  static constexpr uint64_t kYieldChunk = 64 << 10;
+  uint64_t chunk_bytes(uint64_t normal) const;
 
   /// The calling thread's calls go to class `name` from now on (empty: back
   /// to the process's class). kNotFound: no such class; kPermission: the

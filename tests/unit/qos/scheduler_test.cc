@@ -210,5 +210,63 @@ TEST(Scheduler, HigherClassAboveTargetThrottlesTheLowerOne) {
   ASSERT_TRUE(s.set_thread_class("").is_ok());
 }
 
+// max_ops_per_s and max_bytes_per_s hold whether or not anything else is
+// active; calls wait for them and all get through.
+TEST(Scheduler, ClassCapsHoldAlways) {
+  QosConfig q;
+  q.board = "none";
+  QosClass ops, bytes;
+  ops.name = "ops";
+  ops.priority = 0;
+  ops.max_ops_per_s = 1000;
+  bytes.name = "bytes";
+  bytes.priority = 0;
+  bytes.max_bytes_per_s = 1'000'000;
+  q.policy.classes = {ops, bytes};
+  Scheduler s(q, Clock{&sim_now, &sim_sleep});
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  auto run = [&](const char* cls, int n, uint64_t size) {
+    EXPECT_TRUE(s.set_thread_class(cls).is_ok());
+    const uint64_t start = sim_now();
+    for (int i = 0; i < n; ++i) {
+      Ticket t;
+      EXPECT_TRUE(s.admit(size, Deadline::never(), &t).is_ok());
+      s.complete(t);
+      s.retire(t);
+    }
+    return static_cast<double>(sim_now() - start) / 1e9;
+  };
+  EXPECT_NEAR(run("ops", 500, 8), 0.5, 0.01);            // 1000 calls/s
+  EXPECT_NEAR(run("bytes", 21, 100'000), 2.0, 0.01);     // 1 MB/s, after one in debt
+  EXPECT_EQ(s.chunk_bytes(1 << 20), uint64_t{1} << 20);  // nobody above
+  EXPECT_TRUE(s.set_thread_class("").is_ok());
+}
+
+// While a higher class is active a lower class's blocking transfers are cut
+// into kYieldChunk pieces; with nothing above, not.
+TEST(Scheduler, LowerClassTransfersAreCutWhileAHigherOneIsActive) {
+  Scheduler s(policy("kv"), Clock{&sim_now, &sim_sleep});
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  ASSERT_TRUE(s.set_thread_class("bulk").is_ok());
+  s.tick(sim_now());
+  EXPECT_EQ(s.chunk_bytes(16 << 20), uint64_t{16} << 20);
+  ASSERT_TRUE(s.set_thread_class("latency").is_ok());
+  Ticket t;
+  ASSERT_TRUE(s.admit(8, Deadline::never(), &t).is_ok());
+  s.tick(sim_now());
+  EXPECT_EQ(s.chunk_bytes(16 << 20), uint64_t{16} << 20);  // the highest class is never cut
+  ASSERT_TRUE(s.set_thread_class("bulk").is_ok());
+  EXPECT_EQ(s.chunk_bytes(16 << 20), Scheduler::kYieldChunk);
+  EXPECT_EQ(s.chunk_bytes(1000), 1000u);
+  s.complete(t);
+  s.retire(t);
+  sim_sleep(2'000'000);
+  s.tick(sim_now());
+  EXPECT_EQ(s.chunk_bytes(16 << 20), uint64_t{16} << 20);
+  ASSERT_TRUE(s.set_thread_class("").is_ok());
+}
+
 }  // namespace
 }  // namespace lt::qos
