@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 #include <thread>
 
 #include "common/log.h"
@@ -244,6 +245,8 @@ void Scheduler::class_done(uint8_t cls) {
 // updated with what the strictly higher priorities did in the interval, then
 // add their own activity and congestion for the priorities below.
 void Scheduler::tick(uint64_t now) {
+  if (!tick_mu_.try_lock()) return;  // another tick is running
+  std::lock_guard<SpinLock> held(tick_mu_, std::adopt_lock);
   const uint64_t dt =
       last_tick_ != 0 && now > last_tick_ ? now - last_tick_ : RateControl::kIntervalNs;
   last_tick_ = now;

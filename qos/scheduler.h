@@ -189,6 +189,10 @@ class Scheduler {
       tick(now);
     }
   }
+  // One tick at a time: a tick preempted past the next interval must not
+  // run beside the next one (tick_mu_ guards last_tick_, remote_ and the
+  // board's slots); a caller that finds it taken skips its turn.
+  SpinLock tick_mu_;
 
   QosConfig config_;
   const Clock clock_;
