@@ -1,0 +1,117 @@
+// send/recv to (node, port), blocking and async.
+#include <cstring>
+
+#include "request.h"
+
+namespace ltpy {
+
+namespace {
+
+size_t cap_of(EngineState& s, const py::object& max_bytes) {
+  return max_bytes.is_none() ? s.max_msg() : max_bytes.cast<size_t>();
+}
+
+// A receive too small for its message consumed it; the error says how big
+// it was.
+void check_recv(int rc, size_t len) {
+  if (rc == -LT_ERR_TRUNCATED) throw CallError{rc, "recv (the message is consumed)", len};
+  check(rc, "recv");
+}
+
+py::tuple recv(EngineState& s, uint32_t port, const py::object& timeout,
+               const py::object& max_bytes, const py::object& into) {
+  int64_t us = timeout_us(timeout);
+  lt_node_t src = 0;
+  size_t len = 0;
+  int rc;
+  if (!into.is_none()) {
+    BufferView v(into, true);
+    {
+      py::gil_scoped_release nogil;
+      EngineState::Use use(s);
+      rc = LT_recv(use.e(), port, v.data(), v.size(), &src, &len, us);
+    }
+    check_recv(rc, len);
+    return py::make_tuple(src, len);
+  }
+  size_t cap = cap_of(s, max_bytes);
+  char* buf = scratch(cap);
+  {
+    py::gil_scoped_release nogil;
+    EngineState::Use use(s);
+    rc = LT_recv(use.e(), port, buf, cap, &src, &len, us);
+  }
+  check_recv(rc, len);
+  py::bytes b = new_bytes(len);
+  std::memcpy(bytes_data(b), buf, len);
+  return py::make_tuple(src, std::move(b));
+}
+
+Request recv_async(const EnginePtr& s, uint32_t port, const py::object& max_bytes,
+                   const py::object& into) {
+  auto p = std::make_shared<Pending>();
+  p->kind = Kind::kRecv;
+  char* dst;
+  size_t cap;
+  if (!into.is_none()) {
+    p->out_view = std::make_unique<BufferView>(into, true);
+    p->into = true;
+    p->out = into;
+    dst = static_cast<char*>(p->out_view->data());
+    cap = p->out_view->size();
+  } else {
+    cap = cap_of(*s, max_bytes);
+    py::bytes b = new_bytes(cap);
+    dst = bytes_data(b);
+    p->out = std::move(b);
+  }
+  return start_async(
+      s, std::move(p),
+      [&](lt_engine_t* e, Pending* q) {
+        return LT_recv_async(e, port, dst, cap, &q->src, &q->len, &q->req);
+      },
+      "recv");
+}
+
+}  // namespace
+
+void bind_messaging(py::module_&, EngineClass& cls) {
+  cls.def(
+         "send",
+         [](EngineState& s, lt_node_t node, uint32_t port, const py::object& data) {
+           BufferView v(data, false);
+           call(s, "send",
+                [&](lt_engine_t* e) { return LT_send(e, node, port, v.data(), v.size()); });
+         },
+         py::arg("node"), py::arg("port"), py::arg("data"),
+         "Sends a message (any contiguous buffer) to (node, port); returns when the buffer may be "
+         "reused. Order is kept per (source, port).")
+      .def(
+          "send_async",
+          [](const EnginePtr& s, lt_node_t node, uint32_t port, const py::object& data) {
+            auto p = std::make_shared<Pending>();
+            p->view = std::make_unique<BufferView>(data, false);
+            p->keep = data;
+            const void* src = p->view->data();
+            size_t n = p->view->size();
+            return start_async(
+                s, std::move(p),
+                [&](lt_engine_t* e, Pending* q) {
+                  return LT_send_async(e, node, port, src, n, &q->req);
+                },
+                "send");
+          },
+          py::arg("node"), py::arg("port"), py::arg("data"),
+          "send as a Request; `data` is kept alive until it completes. AgainError when the "
+          "receiver's credits are used up (nothing was sent).")
+      .def("recv", &recv, py::arg("port"), py::arg("timeout") = py::none(), py::kw_only(),
+           py::arg("max_bytes") = py::none(), py::arg("into") = py::none(),
+           "Receives the next message on `port` from any node: (src, bytes), or (src, length) "
+           "with `into`. Waits up to `timeout` s (None: the engine's op timeout). A message "
+           "above max_bytes (default: the largest any transport carries) or the `into` buffer "
+           "raises TruncatedError with .needed set; it is consumed.")
+      .def("recv_async", &recv_async, py::arg("port"), py::kw_only(),
+           py::arg("max_bytes") = py::none(), py::arg("into") = py::none(), "recv as a Request.");
+}
+
+}  // namespace ltpy
