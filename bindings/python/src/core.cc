@@ -106,6 +106,13 @@ void EngineState::add_dispatcher(std::unique_ptr<Dispatcher> d) {
   dispatchers_.push_back(std::move(d));
 }
 
+py::object EngineState::local_handler(uint32_t func_id) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& d : dispatchers_)
+    if (d->func_id() == func_id) return d->fn();
+  return py::none();
+}
+
 Completer& EngineState::completer() {
   std::lock_guard<std::mutex> g(mu_);
   if (closed()) throw CallError{-LT_ERR_NOT_JOINED, "the engine has left the cluster"};

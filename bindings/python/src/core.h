@@ -106,6 +106,10 @@ class EngineState : public std::enable_shared_from_this<EngineState> {
 
   /// Python handlers for func_id run on `threads` threads of their own.
   void add_dispatcher(std::unique_ptr<Dispatcher> d);
+  /// The Python handler registered for func_id on this engine, or None
+  /// (a call to this node runs it in the caller's thread, as the C API does
+  /// for its own handlers). GIL held.
+  py::object local_handler(uint32_t func_id);
   /// The asyncio completion thread, started at the first await.
   Completer& completer();
 

@@ -122,10 +122,47 @@ struct RpcQueue {
   }
 };
 
+// A call to a Python handler of this very engine runs it here, in the
+// caller's thread, with the same result and errors a remote caller gets.
+py::object self_call(const py::object& fn, lt_node_t self, const BufferView& in, size_t cap,
+                     const py::object& into) {
+  std::vector<char> reply;
+  int status = 0;
+  try {
+    py::object r = fn(self, py::bytes(static_cast<const char*>(in.data()), in.size()));
+    if (!r.is_none()) {
+      BufferView v(r, false);
+      reply.assign(static_cast<const char*>(v.data()),
+                   static_cast<const char*>(v.data()) + v.size());
+    }
+  } catch (py::error_already_set& e) {
+    status = status_of(e);
+    if (status != -LT_ERR_INTERNAL) throw;  // an ltier.Error: raised as it is
+    e.discard_as_unraisable(py::str("ltier RPC handler (called on its own node)"));
+    throw CallError{status, "rpc (the handler raised)"};
+  }
+  if (!into.is_none()) {
+    BufferView out(into, true);
+    if (reply.size() > out.size())
+      throw CallError{-LT_ERR_TRUNCATED, "rpc (reply larger than `into`)", reply.size()};
+    std::memcpy(out.data(), reply.data(), reply.size());
+    return py::int_(reply.size());
+  }
+  if (reply.size() > cap)
+    throw CallError{-LT_ERR_TRUNCATED, "rpc (reply larger than max_reply)", reply.size()};
+  return py::bytes(reply.data(), reply.size());
+}
+
 // What rpc() returns: the reply as new bytes, or its length with `into`.
 py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::object& data,
                const py::object& max_reply, const py::object& into) {
   BufferView in(data, false);
+  if (node == s.node_id()) {
+    py::object fn = s.local_handler(func_id);
+    if (!fn.is_none())
+      return self_call(fn, node, in, max_reply.is_none() ? s.max_msg() : max_reply.cast<size_t>(),
+                       into);
+  }
   size_t len = 0;
   int rc;
   if (!into.is_none()) {
@@ -156,6 +193,29 @@ Request rpc_async(const EnginePtr& s, lt_node_t node, uint32_t func_id, const py
   auto p = std::make_shared<Pending>();
   p->kind = Kind::kRpc;
   p->view = std::make_unique<BufferView>(data, false);
+  if (node == s->node_id()) {
+    // A Python handler of this engine runs now; the request is born complete.
+    py::object fn = s->local_handler(func_id);
+    if (!fn.is_none()) {
+      p->eng = s;
+      p->into = !into.is_none();
+      int status = 0;
+      try {
+        py::object r =
+            self_call(fn, node, *p->view,
+                      max_reply.is_none() ? s->max_msg() : max_reply.cast<size_t>(), into);
+        p->out = p->into ? into : r;
+        p->len = p->into ? r.cast<size_t>() : py::len(r);
+      } catch (const CallError& e) {
+        status = e.rc;
+        p->len = e.needed;
+      } catch (py::error_already_set& e) {
+        status = status_of(e);
+      }
+      p->finish(status);
+      return Request(std::move(p));
+    }
+  }
   p->keep = data;
   char* dst;
   size_t cap;

@@ -14,6 +14,8 @@ class Dispatcher {
   /// Starts `threads` threads serving func_id (already registered with
   /// LT_regRPC_loop on `e`) by calling fn(src, request_bytes).
   Dispatcher(lt_engine_t* e, uint32_t func_id, py::function fn, int threads);
+  uint32_t func_id() const { return func_id_; }
+  const py::function& fn() const { return fn_; }
   /// Joins; the GIL must not be held by the caller.
   void stop();
   /// Drops the Python function; the GIL must be held.

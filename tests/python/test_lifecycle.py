@@ -1,0 +1,61 @@
+"""Leaving, requests cut off by leaving, and dead peers: errors, no hangs."""
+
+import time
+
+import pytest
+
+import ltier
+from conftest import SECRET
+
+
+def test_leave_is_idempotent_and_final(manager):
+    eng = ltier.join(manager=manager, secret=SECRET)
+    node = eng.node_id
+    lmr = eng.malloc(node, 64)
+    pending = eng.recv_async(5, max_bytes=64)
+    with eng:
+        assert repr(eng) == f"<ltier.Engine node {node}>"
+    assert eng.closed
+    eng.leave()
+    with pytest.raises(ltier.NotJoinedError):
+        eng.nodes()
+    with pytest.raises(ltier.NotJoinedError):
+        lmr.read(0, 8)
+    with pytest.raises(ltier.ClosedError):
+        pending.wait(1)
+
+
+def test_killed_peer_gives_peer_down_without_hanging(eng, new_peer):
+    victim = new_peer()
+    lmr = eng.malloc(victim.node, 4096)
+    lmr.write(0, b"alive")
+    assert eng.rpc(victim.node, 1, b"x") == b"x"
+    slow = eng.rpc_async(victim.node, 4, b"30")  # the handler sleeps 30 s
+    victim.kill()
+    t0 = time.monotonic()
+    with pytest.raises(ltier.PeerDownError):
+        slow.wait(20)
+    while True:  # wait for the manager to declare it down (1 s here)
+        ev = eng.member_event(timeout=10)
+        if ev.kind == "down" and ev.node == victim.node:
+            break
+    with pytest.raises(ltier.PeerDownError):
+        lmr.read(0, 5)
+    with pytest.raises(ltier.PeerDownError):
+        eng.rpc(victim.node, 1, b"x")
+    assert time.monotonic() - t0 < 15
+
+
+def test_membership_and_info(eng, peer):
+    assert eng.node_id in eng.nodes() and peer.node in eng.nodes()
+    info = eng.node_info(peer.node)
+    assert info["id"] == peer.node and isinstance(info["name"], str)
+    assert eng.node_by_name(info["name"], timeout=1) == peer.node
+    name, why = eng.peer_transport(peer.node)
+    assert name in ("shm", "tcp") and why
+    assert ":" in eng.address
+    st = eng.stats()
+    assert {"served", "malformed", "transports"} <= set(st)
+    assert eng.metrics_address is None
+    with pytest.raises(ltier.UnsupportedError):
+        eng.class_stats()
