@@ -5,7 +5,8 @@ Rounds alternate, in one run:
   C++     ltier-perf --ops read,rpc,send --sizes 8: 8 B LT_read, LT_RPC echo and
           LT_send + LT_recv of the echo, round trips, against its own server node;
   Python  the same three from Python (lmr.read, eng.rpc, eng.send + eng.recv) against
-          the same server code (ltier-perf --serve-node: C++ handlers and echo);
+          the same server code (ltier-perf --serve-node: C++ handlers and echo), landing
+          in a reused buffer as the C++ loops do (`into`), and returning new bytes;
   py-py   8 B send + recv round trip between two Python processes (an ltier echo
           written in Python), the like-for-like peer of
   mpi4py  comm.Send + comm.Recv of 8 B numpy buffers between two Python ranks
@@ -93,13 +94,21 @@ def python_round(build, iters):
             srv = next(n for n in peers if eng.node_info(n)["name"] != "py-echo")
             py = next(n for n in peers if n != srv)
             lmr = eng.malloc(srv, 4096)
-            msg = b"12345678"
+            msg, buf = b"12345678", bytearray(64)
             warm = iters // 10 + 1
+            # Like for like with ltier-perf's C++ loops, which land in a buffer they
+            # reuse: `into` given (positionally); then the forms returning new bytes.
             got = {
-                "read": median_lap_us(lambda: lmr.read(0, 8), iters, warm),
-                "rpc": median_lap_us(lambda: eng.rpc(srv, 1, msg), iters, warm),
-                "send": median_lap_us(lambda: (eng.send(srv, 1, msg), eng.recv(2)), iters, warm),
-                "py-py": median_lap_us(lambda: (eng.send(py, 1, msg), eng.recv(2)), iters, warm),
+                "read": median_lap_us(lambda: lmr.read(0, 8, buf), iters, warm),
+                "rpc": median_lap_us(lambda: eng.rpc(srv, 1, msg, buf), iters, warm),
+                "send": median_lap_us(lambda: (eng.send(srv, 1, msg), eng.recv(2, None, buf)),
+                                      iters, warm),
+                "read bytes": median_lap_us(lambda: lmr.read(0, 8), iters, warm),
+                "rpc bytes": median_lap_us(lambda: eng.rpc(srv, 1, msg), iters, warm),
+                "send bytes": median_lap_us(lambda: (eng.send(srv, 1, msg), eng.recv(2)), iters,
+                                            warm),
+                "py-py": median_lap_us(lambda: (eng.send(py, 1, msg), eng.recv(2, None, buf)),
+                                       iters, warm),
             }
             lmr.free()
             eng.send(py, 9, b"")  # stops the echo peer
@@ -122,7 +131,7 @@ def echo_peer(address):
         stop = eng.recv_async(9, max_bytes=8)
         while not stop.test():
             try:
-                src, n = eng.recv(1, timeout=0.1, into=buf)
+                src, n = eng.recv(1, 0.1, buf)
             except ltier.TimedOutError:
                 continue
             eng.send(src, 2, memoryview(buf)[:n])
@@ -187,7 +196,8 @@ def main():
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [pypath, os.environ.get("PYTHONPATH")]))
     sys.path.insert(0, pypath)
     rows = {k: [] for k in ("cpp read", "py read", "cpp rpc", "py rpc", "cpp send", "py send",
-                            "py-py send", "mpi4py")}
+                            "py read bytes", "py rpc bytes", "py send bytes", "py-py send",
+                            "mpi4py")}
     for r in range(a.rounds):
         c = cpp_round(a.build, a.iters)
         p = python_round(a.build, a.iters)
@@ -195,6 +205,7 @@ def main():
         for op in ("read", "rpc", "send"):
             rows[f"cpp {op}"].append(c[op])
             rows[f"py {op}"].append(p[op])
+            rows[f"py {op} bytes"].append(p[f"{op} bytes"])
         rows["py-py send"].append(p["py-py"])
         if m is not None:
             rows["mpi4py"].append(m)
@@ -204,7 +215,8 @@ def main():
     print("\nmedian round trip over rounds (us), 8 B:")
     for op in ("read", "rpc", "send"):
         print(f"  {op:5s} C++ {med[f'cpp {op}']:7.2f}  Python {med[f'py {op}']:7.2f}  "
-              f"added {med[f'py {op}'] - med[f'cpp {op}']:+.2f} us")
+              f"added {med[f'py {op}'] - med[f'cpp {op}']:+.2f} us  (returning new bytes: "
+              f"{med[f'py {op} bytes']:.2f}, added {med[f'py {op} bytes'] - med[f'cpp {op}']:+.2f})")
     if "mpi4py" in med:
         print(f"  send/recv Python<->Python: ltier {med['py-py send']:.2f}  mpi4py "
               f"{med['mpi4py']:.2f}  ratio {med['py-py send'] / med['mpi4py']:.2f}x")

@@ -98,6 +98,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
       continue;
     }
     if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
+    if (now >= d.at_ns()) break;  // a short timeout (0: look once) ends the spin too
     // A spin this long means the other side is slow, often because it
     // shares this core (a CPU hog took the other one): let it run.
     pacer.maybe_yield(&now);

@@ -113,7 +113,7 @@ Use it as a context manager to free (master) or unmap (mapped) it on exit.)")
       .def_property_readonly(
           "handle", [](const Lmr& l) { return l.h; }, "The opaque handle value (process-local).")
       .def_property_readonly("is_master", [](const Lmr& l) { return l.master; })
-      .def("read", &read, py::arg("offset"), py::arg("length") = py::none(), py::kw_only(),
+      .def("read", &read, py::arg("offset"), py::arg("length") = py::none(),
            py::arg("into") = py::none(),
            "Reads `length` bytes at `offset`: a new bytes object, or into the writable "
            "contiguous buffer `into` (then length defaults to its size), which is returned.")
@@ -158,7 +158,7 @@ Use it as a context manager to free (master) or unmap (mapped) it on exit.)")
           "Atomically sets the word to `desired` if it equals `expected`; returns the old value "
           "(the swap happened iff it equals `expected`).")
       .def("read_async", &read_async, py::arg("offset"), py::arg("length") = py::none(),
-           py::kw_only(), py::arg("into") = py::none(), "read as a Request; wait() gives the data.")
+           py::arg("into") = py::none(), "read as a Request; wait() gives the data.")
       .def("write_async", &write_async, py::arg("offset"), py::arg("data"),
            "write as a Request; `data` is kept alive until it completes.")
       .def(

@@ -18,8 +18,8 @@ void check_recv(int rc, size_t len) {
   check(rc, "recv");
 }
 
-py::tuple recv(EngineState& s, uint32_t port, const py::object& timeout,
-               const py::object& max_bytes, const py::object& into) {
+py::tuple recv(EngineState& s, uint32_t port, const py::object& timeout, const py::object& into,
+               const py::object& max_bytes) {
   int64_t us = timeout_us(timeout);
   lt_node_t src = 0;
   size_t len = 0;
@@ -47,8 +47,8 @@ py::tuple recv(EngineState& s, uint32_t port, const py::object& timeout,
   return py::make_tuple(src, std::move(b));
 }
 
-Request recv_async(const EnginePtr& s, uint32_t port, const py::object& max_bytes,
-                   const py::object& into) {
+Request recv_async(const EnginePtr& s, uint32_t port, const py::object& into,
+                   const py::object& max_bytes) {
   auto p = std::make_shared<Pending>();
   p->kind = Kind::kRecv;
   char* dst;
@@ -104,14 +104,14 @@ void bind_messaging(py::module_&, EngineClass& cls) {
           py::arg("node"), py::arg("port"), py::arg("data"),
           "send as a Request; `data` is kept alive until it completes. AgainError when the "
           "receiver's credits are used up (nothing was sent).")
-      .def("recv", &recv, py::arg("port"), py::arg("timeout") = py::none(), py::kw_only(),
-           py::arg("max_bytes") = py::none(), py::arg("into") = py::none(),
+      .def("recv", &recv, py::arg("port"), py::arg("timeout") = py::none(),
+           py::arg("into") = py::none(), py::arg("max_bytes") = py::none(),
            "Receives the next message on `port` from any node: (src, bytes), or (src, length) "
            "with `into`. Waits up to `timeout` s (None: the engine's op timeout). A message "
            "above max_bytes (default: the largest any transport carries) or the `into` buffer "
            "raises TruncatedError with .needed set; it is consumed.")
-      .def("recv_async", &recv_async, py::arg("port"), py::kw_only(),
-           py::arg("max_bytes") = py::none(), py::arg("into") = py::none(), "recv as a Request.");
+      .def("recv_async", &recv_async, py::arg("port"), py::arg("into") = py::none(),
+           py::arg("max_bytes") = py::none(), "recv as a Request.");
 }
 
 }  // namespace ltpy

@@ -155,7 +155,7 @@ py::object self_call(const py::object& fn, lt_node_t self, const BufferView& in,
 
 // What rpc() returns: the reply as new bytes, or its length with `into`.
 py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::object& data,
-               const py::object& max_reply, const py::object& into) {
+               const py::object& into, const py::object& max_reply) {
   BufferView in(data, false);
   if (node == s.node_id()) {
     py::object fn = s.local_handler(func_id);
@@ -189,7 +189,7 @@ py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::objec
 }
 
 Request rpc_async(const EnginePtr& s, lt_node_t node, uint32_t func_id, const py::object& data,
-                  const py::object& max_reply, const py::object& into) {
+                  const py::object& into, const py::object& max_reply) {
   auto p = std::make_shared<Pending>();
   p->kind = Kind::kRpc;
   p->view = std::make_unique<BufferView>(data, false);
@@ -295,11 +295,11 @@ void bind_rpc(py::module_& m, EngineClass& cls) {
           },
           py::arg("func_id"), "Registers func_id in the server-loop form and returns its queue.")
       .def("rpc", &rpc, py::arg("node"), py::arg("func_id"), py::arg("data") = py::bytes(),
-           py::kw_only(), py::arg("max_reply") = py::none(), py::arg("into") = py::none(),
+           py::arg("into") = py::none(), py::arg("max_reply") = py::none(),
            "Calls func_id on `node` and returns the reply (bytes), or its length with `into`.")
       .def("rpc_async", &rpc_async, py::arg("node"), py::arg("func_id"),
-           py::arg("data") = py::bytes(), py::kw_only(), py::arg("max_reply") = py::none(),
-           py::arg("into") = py::none(), "rpc as a Request.");
+           py::arg("data") = py::bytes(), py::arg("into") = py::none(),
+           py::arg("max_reply") = py::none(), "rpc as a Request.");
 }
 
 }  // namespace ltpy
