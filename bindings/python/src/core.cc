@@ -73,15 +73,13 @@ EngineState::~EngineState() {
 }
 
 EngineState::Use::Use(EngineState& s) : s_(s) {
-  s.active_.fetch_add(1, std::memory_order_seq_cst);
-  if (s.closing_.load(std::memory_order_seq_cst)) {
-    s.active_.fetch_sub(1, std::memory_order_release);
+  if (s.closing_.load(std::memory_order_relaxed))
     throw CallError{-LT_ERR_NOT_JOINED, "the engine has left the cluster"};
-  }
+  ++s.active_;
 }
 
 void EngineState::leave() {
-  if (closing_.exchange(true, std::memory_order_seq_cst)) return;
+  if (closing_.exchange(true)) return;
   std::vector<std::unique_ptr<Dispatcher>> ds;
   std::unique_ptr<Completer> c;
   {
@@ -93,8 +91,13 @@ void EngineState::leave() {
   {
     py::gil_scoped_release nogil;
     for (auto& d : ds) d->stop();
-    while (active_.load(std::memory_order_acquire) != 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  while (active_ != 0) {  // calls other threads have in progress
+    py::gil_scoped_release nogil;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  {
+    py::gil_scoped_release nogil;
     LT_leave(e_);
   }
   ds.clear();  // Python functions are dropped with the GIL

@@ -81,10 +81,12 @@ class EngineState : public std::enable_shared_from_this<EngineState> {
   ~EngineState();
 
   /// Pins the engine for one call: throws NotJoinedError once leave() began.
+  /// Made and dropped with the GIL held (before releasing it, after taking it
+  /// back), so the count needs no atomic instruction: the GIL orders it.
   class Use {
    public:
     explicit Use(EngineState& s);
-    ~Use() { s_.active_.fetch_sub(1, std::memory_order_release); }
+    ~Use() { --s_.active_; }
     Use(const Use&) = delete;
     Use& operator=(const Use&) = delete;
     lt_engine_t* e() const { return s_.e_; }
@@ -117,7 +119,7 @@ class EngineState : public std::enable_shared_from_this<EngineState> {
   lt_engine_t* e_;
   lt_node_t node_;
   size_t max_msg_;
-  std::atomic<int> active_{0};
+  int active_ = 0;  // calls in progress; read and written with the GIL held
   std::atomic<bool> closing_{false};
   std::mutex mu_;  // guards dispatchers_ and completer_
   std::vector<std::unique_ptr<Dispatcher>> dispatchers_;
@@ -126,14 +128,14 @@ class EngineState : public std::enable_shared_from_this<EngineState> {
 
 using EnginePtr = std::shared_ptr<EngineState>;
 
-/// Runs f(lt_engine_t*) with the GIL released and the engine pinned; throws
+/// Runs f(lt_engine_t*) with the engine pinned and the GIL released; throws
 /// CallError(what) for a negative result, which it returns otherwise.
 template <typename F>
 int call(EngineState& s, const char* what, F&& f) {
   int rc;
   {
-    py::gil_scoped_release nogil;
     EngineState::Use use(s);
+    py::gil_scoped_release nogil;
     rc = f(use.e());
   }
   check(rc, what);

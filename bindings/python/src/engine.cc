@@ -276,8 +276,8 @@ address this node's tcp transport binds.)");
             char buf[300];
             int rc;
             {
-              py::gil_scoped_release nogil;
               EngineState::Use use(s);
+              py::gil_scoped_release nogil;
               rc = LT_metrics_address(use.e(), buf, sizeof buf);
             }
             if (rc == -LT_ERR_UNSUPPORTED) return py::none();

@@ -27,8 +27,8 @@ py::tuple recv(EngineState& s, uint32_t port, const py::object& timeout, const p
   if (!into.is_none()) {
     BufferView v(into, true);
     {
-      py::gil_scoped_release nogil;
       EngineState::Use use(s);
+      py::gil_scoped_release nogil;
       rc = LT_recv(use.e(), port, v.data(), v.size(), &src, &len, us);
     }
     check_recv(rc, len);
@@ -37,8 +37,8 @@ py::tuple recv(EngineState& s, uint32_t port, const py::object& timeout, const p
   size_t cap = cap_of(s, max_bytes);
   char* buf = scratch(cap);
   {
-    py::gil_scoped_release nogil;
     EngineState::Use use(s);
+    py::gil_scoped_release nogil;
     rc = LT_recv(use.e(), port, buf, cap, &src, &len, us);
   }
   check_recv(rc, len);

@@ -13,8 +13,8 @@ constexpr int64_t kWaitSliceUs = 200;
 
 Pending::~Pending() {
   if (!done && req != 0 && eng && !eng->closed()) {
-    py::gil_scoped_release nogil;
     EngineState::Use use(*eng);
+    py::gil_scoped_release nogil;
     (void)LT_cancel(use.e(), req);
   }
 }
@@ -85,8 +85,8 @@ py::object Request::wait(const py::object& timeout) {
     rc = -LT_ERR_CLOSED;  // LT_leave failed it; nothing to wait for
     done = 1;
   } else {
-    py::gil_scoped_release nogil;
     EngineState::Use use(*p.eng);
+    py::gil_scoped_release nogil;
     rc = LT_wait(use.e(), p.req, us);
     done = 1;
     if (rc == -LT_ERR_TIMEDOUT) {
@@ -114,8 +114,8 @@ bool Request::test() {
   }
   int done = 0, rc;
   {
-    py::gil_scoped_release nogil;
     EngineState::Use use(*p.eng);
+    py::gil_scoped_release nogil;
     rc = LT_test(use.e(), p.req, &done);
   }
   if (done) p.finish(rc);

@@ -88,8 +88,8 @@ Request start_async(const EnginePtr& eng, PendingPtr p, F&& start, const char* w
   p->eng = eng;
   int rc;
   {
-    py::gil_scoped_release nogil;
     EngineState::Use use(*eng);
+    py::gil_scoped_release nogil;
     rc = start(use.e(), p.get());
   }
   if (rc < 0) {

@@ -111,8 +111,8 @@ struct RpcQueue {
     size_t len = 0;
     int rc;
     {
-      py::gil_scoped_release nogil;
       EngineState::Use use(*eng);
+      py::gil_scoped_release nogil;
       rc = LT_recvRPC(use.e(), func_id, buf, cap, &c.src, &len, &c.token, us);
     }
     if (rc == -LT_ERR_TRUNCATED) throw CallError{rc, "recv_call (the request stays queued)", len};
@@ -168,8 +168,8 @@ py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::objec
   if (!into.is_none()) {
     BufferView out(into, true);
     {
-      py::gil_scoped_release nogil;
       EngineState::Use use(s);
+      py::gil_scoped_release nogil;
       rc = LT_RPC(use.e(), node, func_id, in.data(), in.size(), out.data(), out.size(), &len);
     }
     if (rc == -LT_ERR_TRUNCATED) throw CallError{rc, "rpc (reply larger than `into`)", len};
@@ -179,8 +179,8 @@ py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::objec
   size_t cap = max_reply.is_none() ? s.max_msg() : max_reply.cast<size_t>();
   char* buf = scratch(cap);
   {
-    py::gil_scoped_release nogil;
     EngineState::Use use(s);
+    py::gil_scoped_release nogil;
     rc = LT_RPC(use.e(), node, func_id, in.data(), in.size(), buf, cap, &len);
   }
   if (rc == -LT_ERR_TRUNCATED) throw CallError{rc, "rpc (reply larger than max_reply)", len};
