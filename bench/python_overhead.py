@@ -8,7 +8,8 @@ Rounds alternate, in one run:
           the same server code (ltier-perf --serve-node: C++ handlers and echo), landing
           in a reused buffer as the C++ loops do (`into`), and returning new bytes;
   py-py   8 B send + recv round trip between two Python processes (an ltier echo
-          written in Python), the like-for-like peer of
+          written in Python), the like-for-like peer of mpi4py below; and an 8 B rpc to
+          a handler written in Python;
   mpi4py  comm.Send + comm.Recv of 8 B numpy buffers between two Python ranks
           (mpirun -np 2; Open MPI picks its shared-memory transport on one host).
 Every figure is the median of per-iteration round trips (one clock read per
@@ -87,12 +88,10 @@ def python_round(build, iters):
     mgr, address = start_manager(build)
     server = subprocess.Popen([os.path.join(build, "tools", "ltier-perf"), "--serve-node", address,
                                SECRET], stdin=subprocess.PIPE)
-    echo = subprocess.Popen([sys.executable, __file__, "--echo-peer", address])
+    echo = None
     try:
         with ltier.join(manager=address, secret=SECRET, listen="127.0.0.1:0") as eng:
-            peers = wait_for(eng, 3)
-            srv = next(n for n in peers if eng.node_info(n)["name"] != "py-echo")
-            py = next(n for n in peers if n != srv)
+            srv = wait_for(eng, 2)[0]
             lmr = eng.malloc(srv, 4096)
             msg, buf = b"12345678", bytearray(64)
             warm = iters // 10 + 1
@@ -107,32 +106,42 @@ def python_round(build, iters):
                 "rpc bytes": median_lap_us(lambda: eng.rpc(srv, 1, msg), iters, warm),
                 "send bytes": median_lap_us(lambda: (eng.send(srv, 1, msg), eng.recv(2)), iters,
                                             warm),
-                "py-py": median_lap_us(lambda: (eng.send(py, 1, msg), eng.recv(2, None, buf)),
-                                       iters, warm),
             }
             lmr.free()
+            # The Python peer joins only now: its idle waits would share the two
+            # cores with the rows above.
+            echo = subprocess.Popen([sys.executable, __file__, "--echo-peer", address])
+            py = next(n for n in wait_for(eng, 3) if n != srv)
+            got["py-py"] = median_lap_us(lambda: (eng.send(py, 1, msg), eng.recv(2, None, buf)),
+                                         iters, warm)
+            got["py handler"] = median_lap_us(lambda: eng.rpc(py, 1, msg, buf), iters // 4, warm)
             eng.send(py, 9, b"")  # stops the echo peer
     finally:
         server.stdin.close()
         server.wait(30)
-        echo.wait(30)
+        if echo is not None:
+            echo.wait(30)
         mgr.terminate()
         mgr.wait(10)
     return got
 
 
 def echo_peer(address):
-    """Port 1 echoes to the sender's port 2; anything on port 9 stops it."""
+    """Port 1 echoes to the sender's port 2, RPC 1 is a Python echo handler;
+    anything on port 9 stops it."""
     import ltier
 
     os.environ["LTIER_NODE_NAME"] = "py-echo"
     with ltier.join(manager=address, secret=SECRET, listen="127.0.0.1:0") as eng:
+        eng.register_rpc(1, lambda src, data: data)
         buf = bytearray(64)
-        stop = eng.recv_async(9, max_bytes=8)
-        while not stop.test():
+        stop = eng.recv_async(9, None, 8)
+        while True:
             try:
                 src, n = eng.recv(1, 0.1, buf)
             except ltier.TimedOutError:
+                if stop.test():
+                    return
                 continue
             eng.send(src, 2, memoryview(buf)[:n])
 
@@ -197,7 +206,7 @@ def main():
     sys.path.insert(0, pypath)
     rows = {k: [] for k in ("cpp read", "py read", "cpp rpc", "py rpc", "cpp send", "py send",
                             "py read bytes", "py rpc bytes", "py send bytes", "py-py send",
-                            "mpi4py")}
+                            "mpi4py", "py-py rpc")}
     for r in range(a.rounds):
         c = cpp_round(a.build, a.iters)
         p = python_round(a.build, a.iters)
@@ -207,6 +216,7 @@ def main():
             rows[f"py {op}"].append(p[op])
             rows[f"py {op} bytes"].append(p[f"{op} bytes"])
         rows["py-py send"].append(p["py-py"])
+        rows["py-py rpc"].append(p["py handler"])
         if m is not None:
             rows["mpi4py"].append(m)
         print(f"round {r + 1}: " + "  ".join(f"{k}={v[-1]:.2f}" for k, v in rows.items() if v),
@@ -217,6 +227,7 @@ def main():
         print(f"  {op:5s} C++ {med[f'cpp {op}']:7.2f}  Python {med[f'py {op}']:7.2f}  "
               f"added {med[f'py {op}'] - med[f'cpp {op}']:+.2f} us  (returning new bytes: "
               f"{med[f'py {op} bytes']:.2f}, added {med[f'py {op} bytes'] - med[f'cpp {op}']:+.2f})")
+    print(f"  rpc to a Python handler (Python caller): {med['py-py rpc']:.2f}")
     if "mpi4py" in med:
         print(f"  send/recv Python<->Python: ltier {med['py-py send']:.2f}  mpi4py "
               f"{med['mpi4py']:.2f}  ratio {med['py-py send'] / med['mpi4py']:.2f}x")
