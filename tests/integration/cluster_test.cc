@@ -922,18 +922,6 @@ TEST(Tools, LtierRunStopsItsRanks) {
   }
 }
 
-// LITE's applications on the public API, run as a user would with ltier-run.
-TEST(Examples, AtomicLogAndKvStoreUnderLtierRun) {
-  for (const char* ex : {"atomic_log", "kv_store"}) {
-    Proc p({Cluster::bin("ltier-run"), "-n", "3", "--timeout", "90", "--",
-            std::string(LTIER_EXAMPLES_DIR) + "/" + ex},
-           {});
-    std::string out, line;
-    while ((line = p.read_line(120000)) != "EOF" && line != "TIMEOUT") out += line + "\n";
-    EXPECT_EQ(p.wait_exit(10000), 0) << ex << " printed:\n" << out;
-  }
-}
-
 // Streaming large messages with 16 sends in flight, over tcp and over shm,
 // as ltier-perf --bw does. Regression: over tcp, replies corked behind a
 // progress pass that kept finding work starved the pulls (the sends then
