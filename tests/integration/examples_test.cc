@@ -49,5 +49,24 @@ TEST(Examples, MapReduceWordCountMatchesASingleProcessCount) {
   EXPECT_NE(out.find("matches the single-process count"), std::string::npos) << out;
 }
 
+// PageRank on 2 and 3 ranks over a small R-MAT graph, checked against a
+// single-process run of the same iterations (to 1e-6, L1 and relative).
+TEST(Examples, PageRankMatchesASingleProcessRun) {
+  char dir[] = "/tmp/ltier-pr-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string graph = std::string(dir) + "/graph.bin", out;
+  ASSERT_EQ(run({example("pagerank/gen_graph"), "--seed", "3", graph, "12"}, &out), 0) << out;
+  for (const char* n : {"2", "3"}) {
+    std::string got;
+    int rc = run({Cluster::bin("ltier-run"), "-n", n, "--timeout", "180", "--",
+                  example("pagerank/pagerank"), graph, "--iters", "20", "--check"},
+                 &got);
+    EXPECT_EQ(rc, 0) << n << " ranks:\n" << got;
+    EXPECT_NE(got.find(": matches"), std::string::npos) << n << " ranks:\n" << got;
+  }
+  unlink(graph.c_str());
+  rmdir(dir);
+}
+
 }  // namespace
 }  // namespace lt::itest
