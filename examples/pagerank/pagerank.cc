@@ -97,26 +97,36 @@ int main(int argc, char** argv) {
 
   uint64_t owned = lay[me].owned;
   std::vector<double> rank(owned, 1.0 / static_cast<double>(g.vertices));
-  std::vector<double> all(g.vertices + n);  // every contribution, then every dangling mass
+  std::vector<double> all(g.vertices),
+      dangling_of(n);  // every contribution; each rank's dangling mass
   std::vector<double> scratch(owned + 1);
   std::vector<lt_req_t> req(2 * n);
+  double phase[4] = {};  // scatter, barrier, exchange, gather+apply (s)
+  auto lap = [clock = std::chrono::steady_clock::now()](double* into) mutable {
+    auto now = std::chrono::steady_clock::now();
+    *into += std::chrono::duration<double>(now - clock).count();
+    clock = now;
+  };
   for (int it = 0; it < iters && rc == 0; ++it) {
     int parity = it & 1;
     scratch[owned] = pr::scatter(g, rank.data(), scratch.data());
     rc = LT_write(e, mine, lay[me].buffer(parity), scratch.data(), 8 * (owned + 1));
+    lap(&phase[0]);
     std::string bar = "pr.it." + std::to_string(it);
     if (rc == 0) rc = LT_barrier(e, bar.c_str(), n, -1);
+    lap(&phase[1]);
     for (int j = 0; j < n && rc == 0; ++j) {  // gather: every buffer, reads in flight at once
       uint64_t at = lay[j].buffer(parity);
       rc = LT_read_async(e, peer[j], at, &all[lo[j]], 8 * lay[j].owned, &req[2 * j]);
       if (rc == 0)
-        rc = LT_read_async(e, peer[j], at + 8 * lay[j].owned, &all[g.vertices + j], 8,
-                           &req[2 * j + 1]);
+        rc = LT_read_async(e, peer[j], at + 8 * lay[j].owned, &dangling_of[j], 8, &req[2 * j + 1]);
     }
     for (int k = 0; k < 2 * n && rc == 0; ++k) rc = LT_wait(e, req[k], -1);
+    lap(&phase[2]);
     double dangling = 0;
-    for (int j = 0; j < n; ++j) dangling += all[g.vertices + j];
+    for (int j = 0; j < n; ++j) dangling += dangling_of[j];
     if (rc == 0) pr::gather_apply(g, all.data(), dangling, rank.data());
+    lap(&phase[3]);
   }
   if (rc == 0) rc = LT_write(e, mine, lay[me].ranks(), rank.data(), 8 * owned);
   if (rc == 0) rc = LT_barrier(e, "pr.done", n, -1);
@@ -137,6 +147,10 @@ int main(int argc, char** argv) {
         "(top vertex %lld, rank %.3e; sum %.6f)\n",
         n, static_cast<unsigned long long>(g.vertices), static_cast<unsigned long long>(g.edges),
         iters, secs, static_cast<long long>(top - got.begin()), *top, sum);
+    printf(
+        "pagerank: rank 0's time: scatter %.3f s, barriers %.3f s, exchange %.3f s, "
+        "gather+apply %.3f s\n",
+        phase[0], phase[1], phase[2], phase[3]);
     if (want_check && !check(argv[1], iters, got)) status = 1;
   }
   rc = LT_barrier(e, "pr.collected", n, -1);  // nobody reads mine any more
