@@ -269,13 +269,8 @@ int main(int argc, char** argv) {
     if (a == "--period-us") period_us = strtoull(argv[i + 1], nullptr, 10);
   }
   signal(SIGPIPE, SIG_IGN);
-  ltier::ManagerOptions mo;
-  mo.listen = "127.0.0.1:0";
-  mo.secret = "qos-bench";
-  ltier::Manager manager(mo);
+  ltier::LocalManager manager("qos-bench");
   if (int rc = manager.start(); rc != 0) die("manager", rc);
-  std::atomic<bool> stop{false};
-  std::thread mt([&] { manager.run(stop); });
   const std::string maddr = manager.address();
 
   // QoS on: two classes, two tenants; QoS off: no classes. Each run has its
@@ -329,7 +324,5 @@ int main(int argc, char** argv) {
   std::remove(on.c_str());
   std::remove(off.c_str());
   shm_unlink(("/" + board.substr(board.find('=') + 1)).c_str());
-  stop.store(true);
-  mt.join();
   return 0;
 }

@@ -60,6 +60,15 @@ Status read_size(const std::string& key, const YAML::Node& v, uint64_t* out, std
                [&](const std::string& s) { return parse_size(s, out); });
 }
 
+// A non-empty string: a name, a class name.
+Status read_name(const std::string& key, const YAML::Node& v, const char* expect, std::string* out,
+                 std::string* error) {
+  return field(key, v, expect, error, [&](const std::string& s) {
+    *out = s;
+    return !s.empty();
+  });
+}
+
 Status read_class(const YAML::Node& e, const std::string& path, QosClass* c, std::string* error) {
   if (!e.IsMap()) return fail(error, where(path, e) + ": expected a map (name, priority, ...)");
   c->line = line_of(e);
@@ -69,10 +78,7 @@ Status read_class(const YAML::Node& e, const std::string& path, QosClass* c, std
     const std::string key = path + "." + k;
     const YAML::Node& v = kv.second;
     if (k == "name") {
-      LT_RETURN_IF_ERROR(field(key, v, "a name", error, [&](const std::string& s) {
-        c->name = s;
-        return !s.empty();
-      }));
+      LT_RETURN_IF_ERROR(read_name(key, v, "a name", &c->name, error));
     } else if (k == "priority") {
       LT_RETURN_IF_ERROR(read_u32(key, v, &c->priority, error));
       has_priority = true;
@@ -117,10 +123,7 @@ Status read_tenant(const YAML::Node& e, const std::string& path, QosTenant* t, s
     const std::string key = path + "." + k;
     const YAML::Node& v = kv.second;
     if (k == "name") {
-      LT_RETURN_IF_ERROR(field(key, v, "a name", error, [&](const std::string& s) {
-        t->name = s;
-        return !s.empty();
-      }));
+      LT_RETURN_IF_ERROR(read_name(key, v, "a name", &t->name, error));
     } else if (k == "classes") {
       if (!v.IsSequence() || v.size() == 0) {
         return fail(error,
@@ -135,10 +138,7 @@ Status read_tenant(const YAML::Node& e, const std::string& path, QosTenant* t, s
         t->classes.push_back(s);
       }
     } else if (k == "default_class") {
-      LT_RETURN_IF_ERROR(field(key, v, "a class name", error, [&](const std::string& s) {
-        t->default_class = s;
-        return !s.empty();
-      }));
+      LT_RETURN_IF_ERROR(read_name(key, v, "a class name", &t->default_class, error));
     } else if (k == "max_ops_in_flight") {
       LT_RETURN_IF_ERROR(read_u32(key, v, &t->max_ops_in_flight, error));
     } else if (k == "max_lmr_bytes") {

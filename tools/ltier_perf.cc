@@ -310,19 +310,14 @@ int main(int argc, char** argv) {
     }
   }
   signal(SIGPIPE, SIG_IGN);
-  ltier::ManagerOptions mo;
-  mo.listen = "127.0.0.1:0";
-  mo.secret = "ltier-perf";
-  ltier::Manager manager(mo);
+  ltier::LocalManager manager("ltier-perf");
   if (int rc = manager.start(); rc != 0) die("manager", rc);
-  std::atomic<bool> stop{false};
-  std::thread mt([&] { manager.run(stop); });
-  std::string maddr = manager.address();
+  const std::string& maddr = manager.address();
 
   int stop_server = -1;
-  pid_t server = start_server(maddr, mo.secret, &stop_server);
+  pid_t server = start_server(maddr, manager.secret(), &stop_server);
   lt_engine_t* e;
-  lt_join_opts_t o = opts_for(maddr, mo.secret);
+  lt_join_opts_t o = opts_for(maddr, manager.secret());
   if (int rc = LT_join(&o, &e); rc != 0) die("join", rc);
   lt_node_t peer = wait_for_peer(e);
   uint64_t max_size = *std::max_element(sizes.begin(), sizes.end());
@@ -534,12 +529,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (join) run_join(maddr, mo.secret, peer, join_tries);
+  if (join) run_join(maddr, manager.secret(), peer, join_tries);
   LT_free(e, h);
   LT_leave(e);
   close(stop_server);
   waitpid(server, nullptr, 0);
-  stop.store(true);
-  mt.join();
   return 0;
 }

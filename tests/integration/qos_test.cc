@@ -77,15 +77,26 @@ long long qos_field(const std::string& reply, const std::string& cls, const std:
   return std::stoll(part.substr(k + key.size() + 1));
 }
 
-TEST(Qos, TenantsGetTheirClassesAndQuotas) {
-  PolicyFile f(kPolicy);
-  Board board;
-  Cluster c;
-  ASSERT_TRUE(c.ok());
-  Proc* kv = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=kv", board.env()});
-  Proc* etl = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=etl", board.env()});
-  ASSERT_TRUE(kv && etl);
-  const std::string ikv = id_of(kv), ietl = id_of(etl);
+// Tenants kv and etl of kPolicy, an ltier-node each, on a board of their own.
+class QosTwoTenants : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(c_.ok());
+    kv = c_.add_node({"LTIER_CONFIG=" + f_.path(), "LTIER_TENANT=kv", board_.env()});
+    etl = c_.add_node({"LTIER_CONFIG=" + f_.path(), "LTIER_TENANT=etl", board_.env()});
+    ASSERT_TRUE(kv && etl);
+    ikv = id_of(kv);
+    ietl = id_of(etl);
+  }
+  PolicyFile f_{kPolicy};
+  Board board_;
+  Cluster c_;
+  Proc* kv = nullptr;
+  Proc* etl = nullptr;
+  std::string ikv, ietl;
+};
+
+TEST_F(QosTwoTenants, GetTheirClassesAndQuotas) {
 
   // kv's calls go to its default class, latency, until it picks bulk.
   std::string h = ok_value(kv->cmd("malloc " + ietl + " 4096 rw"));
@@ -133,15 +144,7 @@ TEST(Qos, TenantsGetTheirClassesAndQuotas) {
 // The latency tenant's class (target 1 us: every call is above it) in one
 // process throttles the bulk tenant's writes in another, through the host
 // board; the writes still all arrive.
-TEST(Qos, ALatencyTenantThrottlesABulkTenantInAnotherProcess) {
-  PolicyFile f(kPolicy);
-  Board board;
-  Cluster c;
-  ASSERT_TRUE(c.ok());
-  Proc* kv = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=kv", board.env()});
-  Proc* etl = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=etl", board.env()});
-  ASSERT_TRUE(kv && etl);
-  const std::string ikv = id_of(kv), ietl = id_of(etl);
+TEST_F(QosTwoTenants, ALatencyTenantThrottlesABulkTenantInAnotherProcess) {
   std::string h = ok_value(etl->cmd("malloc " + ikv + " 1000000 rw"));
   ASSERT_FALSE(h.empty());
   std::string q = etl->cmd("qos");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace ltier {
 
@@ -41,6 +42,40 @@ class Manager {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+/// A manager on 127.0.0.1 (a port the system picks), served by a thread of
+/// this process until destruction: for benchmarks, tests and demos that bring
+/// a cluster of their own.
+class LocalManager {
+ public:
+  explicit LocalManager(const std::string& secret) : secret_(secret) {
+    ManagerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.secret = secret;
+    manager_ = std::make_unique<Manager>(o);
+  }
+  ~LocalManager() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  LocalManager(const LocalManager&) = delete;
+  LocalManager& operator=(const LocalManager&) = delete;
+  /// Binds and starts serving; returns 0 or -LT_ERR_*.
+  int start() {
+    if (int rc = manager_->start(); rc != 0) return rc;
+    address_ = manager_->address();
+    thread_ = std::thread([this] { manager_->run(stop_); });
+    return 0;
+  }
+  const std::string& address() const { return address_; }
+  const std::string& secret() const { return secret_; }
+
+ private:
+  std::string secret_, address_;
+  std::unique_ptr<Manager> manager_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace ltier
