@@ -312,8 +312,10 @@ void Scheduler::give_lmr(uint64_t bytes) {
 
 std::vector<ClassStats> Scheduler::class_stats() const {
   std::vector<ClassStats> out;
-  for (const auto& kp : classes_) {
-    Class& k = *kp;
+  for (size_t i = 0; i < classes_.size(); ++i) {
+    // Only the tenant's own classes: the others carry none of its calls.
+    if (std::find(allowed_.begin(), allowed_.end(), i) == allowed_.end()) continue;
+    Class& k = *classes_[i];
     ClassStats s;
     s.name = k.cfg.name;
     s.priority = k.cfg.priority;

@@ -169,6 +169,7 @@ class Scheduler {
     return {posted_.load(std::memory_order_relaxed), backpressured_.load(std::memory_order_relaxed),
             quota_refused_.load(std::memory_order_relaxed)};
   }
+  /// The classes the tenant may use, in priority order.
   std::vector<ClassStats> class_stats() const;
   const std::string& tenant() const { return config_.tenant; }
 

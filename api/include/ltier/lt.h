@@ -372,8 +372,9 @@ typedef struct lt_class_stats {
   uint64_t target_rtt_ns; /* configured or derived; 0 until measured */
   uint64_t rate;          /* bytes/s allowed now; UINT64_MAX when not throttled */
 } lt_class_stats_t;
-/* This engine's classes in priority order: up to `cap` into out, their
- * number into *n. -LT_ERR_UNSUPPORTED with no qos.classes configured. */
+/* The classes this engine's tenant may use, in priority order: up to `cap`
+ * into out, their number into *n. -LT_ERR_UNSUPPORTED with no qos.classes
+ * configured. */
 int LT_class_stats(lt_engine_t* e, lt_class_stats_t* out, size_t cap, size_t* n);
 
 /* "peer node is down or unreachable"; accepts either sign. */
