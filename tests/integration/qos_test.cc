@@ -97,7 +97,6 @@ class QosTwoTenants : public ::testing::Test {
 };
 
 TEST_F(QosTwoTenants, GetTheirClassesAndQuotas) {
-
   // kv's calls go to its default class, latency, until it picks bulk.
   std::string h = ok_value(kv->cmd("malloc " + ietl + " 4096 rw"));
   ASSERT_FALSE(h.empty());

@@ -1,5 +1,8 @@
-"""Leaving, requests cut off by leaving, and dead peers: errors, no hangs."""
+"""Leaving, requests cut off by leaving, dead peers and signals: errors, no hangs."""
 
+import os
+import signal
+import threading
 import time
 
 import pytest
@@ -59,3 +62,61 @@ def test_membership_and_info(eng, peer):
     assert eng.metrics_address is None
     with pytest.raises(ltier.UnsupportedError):
         eng.class_stats()
+
+
+def test_leave_ends_a_blocked_receive_at_once(manager):
+    eng = ltier.join(manager=manager, secret=SECRET)
+    got = []
+
+    def blocked():
+        try:
+            eng.recv(42, timeout=None)  # the op timeout is 10 s
+        except ltier.Error as e:
+            got.append(type(e))
+
+    events = []
+
+    def watching():
+        try:
+            while True:
+                eng.member_event(timeout=None)
+        except ltier.Error as e:
+            events.append(type(e))
+
+    threads = [threading.Thread(target=blocked), threading.Thread(target=watching)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    eng.leave()
+    for t in threads:
+        t.join(5)
+    assert got == [ltier.ClosedError]
+    assert events in ([ltier.ClosedError], [ltier.NotJoinedError])
+    assert time.monotonic() - t0 < 2
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_signal_interrupts_a_blocked_call(eng):
+    def handler(signum, frame):
+        raise Interrupted()
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        t0 = time.monotonic()
+        with pytest.raises(Interrupted):
+            eng.recv(43, timeout=20)
+        assert time.monotonic() - t0 < 2
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+        req = eng.recv_async(43, None, 64)
+        with pytest.raises(Interrupted):
+            req.wait(20)
+        assert not req.done  # still in flight: a wait may go on
+        eng.send(eng.node_id, 43, b"late")
+        assert req.wait(5) == (eng.node_id, b"late")
+    finally:
+        signal.signal(signal.SIGUSR1, old)

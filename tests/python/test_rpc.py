@@ -83,3 +83,16 @@ def test_rpc_async_many_outstanding(eng, peer):
         r.wait(10)
     out = bytearray(8)
     assert eng.rpc_async(peer.node, ECHO, b"12", into=out).wait(10) == 2
+
+
+def test_leave_from_a_handler_is_refused(eng, peer):
+    def handler(src, data):
+        try:
+            eng.leave()
+        except ltier.InvalidArgumentError:
+            return b"refused"
+        return b"left"
+
+    eng.register_rpc(91, handler)
+    assert peer.cmd(f"call {eng.node_id} 91") == "ok " + b"refused".hex()
+    assert not eng.closed

@@ -45,6 +45,47 @@ void shrink_bytes(py::bytes& b, size_t n) {
   b = py::reinterpret_steal<py::bytes>(p);
 }
 
+int wait_interruptible(EngineState& s, lt_engine_t* e, lt_req_t req, int64_t timeout_us, bool keep,
+                       bool* in_flight) {
+  // How long a wait goes without looking at leave() and signals: short
+  // against a user's patience, long against the cost of one more LT_wait.
+  constexpr int64_t kSliceUs = 50'000;
+  using Clock = std::chrono::steady_clock;
+  const int64_t total = timeout_us < 0 ? s.op_timeout_us() : timeout_us;
+  const auto end = Clock::now() + std::chrono::microseconds(total);
+  if (in_flight != nullptr) *in_flight = false;
+  for (;;) {
+    const int64_t left =
+        std::chrono::duration_cast<std::chrono::microseconds>(end - Clock::now()).count();
+    {
+      py::gil_scoped_release nogil;
+      int rc = LT_wait(e, req, std::clamp<int64_t>(left, 0, kSliceUs));
+      if (rc != -LT_ERR_TIMEDOUT) return rc;
+      // The slice ran out, or the operation itself ended in TIMEDOUT (then
+      // the request is gone).
+      int done = 0;
+      int t = LT_test(e, req, &done);
+      if (t == -LT_ERR_BAD_HANDLE) return -LT_ERR_TIMEDOUT;
+      if (done) return t;
+    }
+    if (s.closed()) {  // leave() waits for this call: the request must end here
+      int c = LT_cancel(e, req);
+      return c == -LT_ERR_TIMEDOUT ? -LT_ERR_CLOSED : c;
+    }
+    if (PyErr_CheckSignals() != 0) {
+      if (!keep) (void)LT_cancel(e, req);
+      throw py::error_already_set();
+    }
+    if (left <= 0) {
+      if (keep) {
+        if (in_flight != nullptr) *in_flight = true;
+        return -LT_ERR_TIMEDOUT;
+      }
+      return LT_cancel(e, req);  // TIMEDOUT, or the status if it completed meanwhile
+    }
+  }
+}
+
 char* scratch(size_t cap) {
   struct Area {
     char* p = nullptr;
@@ -68,8 +109,13 @@ char* scratch(size_t cap) {
 EngineState::EngineState(lt_engine_t* e) : e_(e), node_(LT_node_id(e)), max_msg_(64u << 20) {}
 
 EngineState::~EngineState() {
-  // The last Python reference went away without leave(): leave now.
-  if (!closed()) leave();
+  // The last Python reference went away without leave(): leave now (not
+  // from a handler thread, which leave() would have to join).
+  if (closed() || in_handler()) return;
+  try {
+    leave();
+  } catch (...) {  // a destructor does not throw
+  }
 }
 
 EngineState::Use::Use(EngineState& s) : s_(s) {
@@ -79,6 +125,7 @@ EngineState::Use::Use(EngineState& s) : s_(s) {
 }
 
 void EngineState::leave() {
+  if (in_handler()) throw CallError{-LT_ERR_INVAL, "leave() from inside an RPC handler"};
   if (closing_.exchange(true)) return;
   std::vector<std::unique_ptr<Dispatcher>> ds;
   std::unique_ptr<Completer> c;

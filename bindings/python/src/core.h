@@ -63,6 +63,19 @@ py::bytes new_bytes(size_t n);
 char* bytes_data(const py::bytes& b);
 void shrink_bytes(py::bytes& b, size_t n);
 
+class EngineState;
+
+/// Waits for `req` as LT_wait would (timeout_us negative: the engine's op
+/// timeout), in slices with the GIL released, so that what happens meanwhile
+/// ends the wait: leave() on another thread (the request is cancelled;
+/// -LT_ERR_CLOSED) or a signal such as Ctrl-C (its Python exception is
+/// raised). With `keep` false the request is cancelled on a signal and on the
+/// timeout too (its buffers are free when this returns); with `keep` true it
+/// stays in flight then, and *in_flight says so on a timeout. Call with the
+/// GIL held and the engine pinned (EngineState::Use).
+int wait_interruptible(EngineState& s, lt_engine_t* e, lt_req_t req, int64_t timeout_us,
+                       bool keep = false, bool* in_flight = nullptr);
+
 /// Per-thread landing area for messages and replies whose size is known only
 /// once they arrive: reserved address space (MAP_NORESERVE), so a 64 MiB
 /// capacity costs only the pages a message touches, and reused call after call.
@@ -100,7 +113,12 @@ class EngineState : public std::enable_shared_from_this<EngineState> {
   bool closed() const { return closing_.load(std::memory_order_acquire); }
   /// The largest message any of this engine's transports accepts.
   size_t max_msg() const { return max_msg_; }
-  void set_max_msg(size_t n) { max_msg_ = n; }
+  /// engine.op_timeout_ms, in microseconds.
+  int64_t op_timeout_us() const { return op_timeout_us_; }
+  void set_limits(size_t max_msg, int64_t op_timeout_us) {
+    max_msg_ = max_msg;
+    op_timeout_us_ = op_timeout_us;
+  }
   lt_node_t node_id() const { return node_; }
   /// The engine for code that stops before leave() calls LT_leave (the
   /// handler and completion threads); everything else goes through Use.
@@ -119,6 +137,7 @@ class EngineState : public std::enable_shared_from_this<EngineState> {
   lt_engine_t* e_;
   lt_node_t node_;
   size_t max_msg_;
+  int64_t op_timeout_us_ = 10'000'000;
   int active_ = 0;  // calls in progress; read and written with the GIL held
   std::atomic<bool> closing_{false};
   std::mutex mu_;  // guards dispatchers_ and completer_

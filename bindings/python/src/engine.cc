@@ -1,6 +1,7 @@
 // ltier.join and the Engine's membership, locks, barriers, stats and QoS.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -14,20 +15,28 @@ std::string opt_str(const py::object& o) {
   return o.is_none() ? std::string() : o.cast<std::string>();
 }
 
-// The largest message any transport accepts, from the same configuration
-// LT_join reads: what a receive of unknown size must be ready for.
-size_t max_message(const std::string& config) {
-  size_t best = 0;
+// What the bindings need from the configuration LT_join reads: the largest
+// message any transport accepts (what a receive of unknown size must be ready
+// for) and the default op timeout (what a wait with no timeout is bounded by).
+struct Limits {
+  size_t max_msg = 0;
+  uint64_t op_timeout_ms = 0;
+};
+
+Limits limits(const std::string& config) {
+  Limits l;
   auto fn = [](void* ctx, const char* key, const char*, const char* value, const char*) {
-    size_t n = std::strlen(key);
-    const char suffix[] = ".max_msg_bytes";
-    if (n < sizeof(suffix) - 1 || std::strcmp(key + n - (sizeof(suffix) - 1), suffix) != 0) return;
-    auto* b = static_cast<size_t*>(ctx);
-    *b = std::max<size_t>(*b, std::strtoull(value, nullptr, 10));
+    auto* out = static_cast<Limits*>(ctx);
+    std::string k(key);
+    const std::string suffix = ".max_msg_bytes";
+    if (k.size() > suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out->max_msg = std::max<size_t>(out->max_msg, std::strtoull(value, nullptr, 10));
+    if (k == "engine.op_timeout_ms") out->op_timeout_ms = std::strtoull(value, nullptr, 10);
   };
-  if (LT_config_keys(config.empty() ? nullptr : config.c_str(), fn, &best) != 0 || best == 0)
-    best = 64u << 20;
-  return best;
+  if (LT_config_keys(config.empty() ? nullptr : config.c_str(), fn, &l) != 0) l = Limits{};
+  if (l.max_msg == 0) l.max_msg = 64u << 20;
+  if (l.op_timeout_ms == 0) l.op_timeout_ms = 10'000;
+  return l;
 }
 
 EnginePtr join(const py::object& manager, const py::object& secret, const py::object& tenant,
@@ -49,9 +58,30 @@ EnginePtr join(const py::object& manager, const py::object& secret, const py::ob
   }
   check(rc, "join");
   auto st = std::make_shared<EngineState>(e);
-  st->set_max_msg(max_message(c));
+  const Limits lim = limits(c);
+  st->set_limits(lim.max_msg, static_cast<int64_t>(lim.op_timeout_ms) * 1000);
   track(st);
   return st;
+}
+
+// LT_member_event in slices, as wait_interruptible waits: leave() on another
+// thread (CLOSED) and signals end the wait. Events queue, so a slice that
+// ends empty loses nothing.
+int member_event(EngineState& s, int64_t us, lt_member_event_t* ev) {
+  constexpr int64_t kSliceUs = 50'000;
+  EngineState::Use use(s);
+  for (int64_t left = us;;) {
+    const int64_t slice = std::min(left, kSliceUs);
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = LT_member_event(use.e(), slice, ev);
+    }
+    left -= slice;
+    if (rc != -LT_ERR_TIMEDOUT || left <= 0) return rc;
+    if (s.closed()) return -LT_ERR_CLOSED;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
 }
 
 struct Event {
@@ -220,7 +250,7 @@ address this node's tcp transport binds.)");
           [](EngineState& s, const py::object& timeout) {
             int64_t us = timeout_us(timeout);
             lt_member_event_t ev{};
-            call(s, "member_event", [&](lt_engine_t* e) { return LT_member_event(e, us, &ev); });
+            check(member_event(s, us < 0 ? s.op_timeout_us() : us, &ev), "member_event");
             return Event{LT_event_name(ev.kind), ev.node, ev.missed};
           },
           py::arg("timeout") = py::none(),

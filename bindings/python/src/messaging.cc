@@ -18,29 +18,30 @@ void check_recv(int rc, size_t len) {
   check(rc, "recv");
 }
 
+// Receives into [buf, buf + cap): posted with the GIL held (it does not
+// block), waited for in slices (leave() and Ctrl-C end the wait).
+int recv_into(EngineState& s, uint32_t port, void* buf, size_t cap, int64_t us, lt_node_t* src,
+              size_t* len) {
+  EngineState::Use use(s);
+  lt_req_t req = 0;
+  int rc = LT_recv_async(use.e(), port, buf, cap, src, len, &req);
+  return rc < 0 ? rc : wait_interruptible(s, use.e(), req, us);
+}
+
 py::tuple recv(EngineState& s, uint32_t port, const py::object& timeout, const py::object& into,
                const py::object& max_bytes) {
   int64_t us = timeout_us(timeout);
   lt_node_t src = 0;
   size_t len = 0;
-  int rc;
   if (!into.is_none()) {
     BufferView v(into, true);
-    {
-      EngineState::Use use(s);
-      py::gil_scoped_release nogil;
-      rc = LT_recv(use.e(), port, v.data(), v.size(), &src, &len, us);
-    }
-    check_recv(rc, len);
+    int rc = recv_into(s, port, v.data(), v.size(), us, &src, &len);
+    check_recv(rc, len);  // after the call: it sets len
     return py::make_tuple(src, len);
   }
   size_t cap = cap_of(s, max_bytes);
   char* buf = scratch(cap);
-  {
-    EngineState::Use use(s);
-    py::gil_scoped_release nogil;
-    rc = LT_recv(use.e(), port, buf, cap, &src, &len, us);
-  }
+  int rc = recv_into(s, port, buf, cap, us, &src, &len);
   check_recv(rc, len);
   py::bytes b = new_bytes(len);
   std::memcpy(bytes_data(b), buf, len);

@@ -80,26 +80,15 @@ py::object Request::wait(const py::object& timeout) {
   if (p.done) return p.result();
   Busy busy(p);
   int64_t us = timeout_us(timeout);
-  int rc, done = 0;
+  int rc;
+  bool in_flight = false;
   if (p.eng->closed()) {
     rc = -LT_ERR_CLOSED;  // LT_leave failed it; nothing to wait for
-    done = 1;
   } else {
     EngineState::Use use(*p.eng);
-    py::gil_scoped_release nogil;
-    rc = LT_wait(use.e(), p.req, us);
-    done = 1;
-    if (rc == -LT_ERR_TIMEDOUT) {
-      // Either the wait ran out (still in flight) or the operation itself
-      // ended in TIMEDOUT and the request is gone: LT_test tells them apart.
-      int t = LT_test(use.e(), p.req, &done);
-      if (t == -LT_ERR_BAD_HANDLE)
-        done = 1;
-      else if (done)
-        rc = t;
-    }
+    rc = wait_interruptible(*p.eng, use.e(), p.req, us, /*keep=*/true, &in_flight);
   }
-  if (!done) throw CallError{-LT_ERR_TIMEDOUT, "wait (the request is still in flight)"};
+  if (in_flight) throw CallError{-LT_ERR_TIMEDOUT, "wait (the request is still in flight)"};
   p.finish(rc);
   return p.result();
 }

@@ -9,7 +9,10 @@ namespace ltpy {
 namespace {
 // How often a handler thread idle in LT_recvRPC looks at its stop flag.
 constexpr int64_t kStopPollUs = 50'000;
+thread_local bool tl_in_handler = false;
 }  // namespace
+
+bool in_handler() { return tl_in_handler; }
 
 int status_of(const py::error_already_set& e) {
   py::object error = py::module_::import("ltier.errors").attr("Error");
@@ -41,6 +44,10 @@ Dispatcher::~Dispatcher() {
 
 int Dispatcher::call(lt_node_t src, const char* in, size_t len, std::vector<char>& reply) {
   py::gil_scoped_acquire gil;
+  struct Mark {
+    Mark() { tl_in_handler = true; }
+    ~Mark() { tl_in_handler = false; }
+  } mark;
   try {
     py::object r = fn_(src, py::bytes(in, len));
     reply.clear();
@@ -110,10 +117,11 @@ struct RpcQueue {
     c.eng = eng;
     size_t len = 0;
     int rc;
-    {
+    {  // posted with the GIL (it does not block), waited for in slices
       EngineState::Use use(*eng);
-      py::gil_scoped_release nogil;
-      rc = LT_recvRPC(use.e(), func_id, buf, cap, &c.src, &len, &c.token, us);
+      lt_req_t req = 0;
+      rc = LT_recvRPC_async(use.e(), func_id, buf, cap, &c.src, &len, &c.token, &req);
+      if (rc == 0) rc = wait_interruptible(*eng, use.e(), req, us);
     }
     if (rc == -LT_ERR_TRUNCATED) throw CallError{rc, "recv_call (the request stays queued)", len};
     check(rc, "recv_call");

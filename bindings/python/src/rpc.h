@@ -33,6 +33,10 @@ class Dispatcher {
   std::vector<std::thread> threads_;
 };
 
+/// True on a handler thread while it runs a Python handler (leave() is
+/// refused there: it would join the thread it runs on).
+bool in_handler();
+
 /// The negative LT_ERR_* status a Python exception stands for: its `code`
 /// when it is an ltier.Error, else LT_ERR_INTERNAL. The GIL must be held.
 int status_of(const py::error_already_set& e);

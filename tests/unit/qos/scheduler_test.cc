@@ -178,7 +178,6 @@ TEST(Scheduler, HigherClassAboveTargetThrottlesTheLowerOne) {
   EXPECT_GE(cs[1].delayed, 1u);  // bulk calls waited for tokens, and got through
   EXPECT_EQ(cs[1].ops, 220u);
   EXPECT_GE(cs[0].rtt_p99_ns, 2'000'000u);
-  EXPECT_EQ(cs[2].rate, RateControl::kUnlimited) << "batch moved nothing: nothing to cut";
   // The latency call in flight ends, and later ones stay within target:
   // bulk's rate climbs back, and throttling ends.
   latency_end(&lat);
