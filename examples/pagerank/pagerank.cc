@@ -58,87 +58,79 @@ bool check(const std::string& path, int iters, const std::vector<double>& got) {
   return ok;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const char* r = getenv("LTIER_RANK");
-  const char* np = getenv("LTIER_NPROCS");
-  if (argc < 2 || r == nullptr || np == nullptr)
-    return fprintf(stderr, "usage: ltier-run -n N -- pagerank GRAPH [--iters K] [--check]\n"), 2;
-  int me = atoi(r), n = atoi(np), iters = 30;
-  bool want_check = false;
-  for (int i = 2; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
-      iters = atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--check"))
-      want_check = true;
-  }
+// One rank's run: its graph share, where every rank's LMR parts are, and
+// the handles on them.
+struct Job {
   pr::Graph g;
-  std::string err;
-  if (!g.load(argv[1], me, n, &err)) return fprintf(stderr, "pagerank: %s\n", err.c_str()), 1;
-  std::vector<Layout> lay(n);
-  std::vector<uint64_t> lo(n + 1);
-  for (int j = 0; j <= n; ++j) lo[j] = pr::range_begin(g.vertices, j, n);
-  for (int j = 0; j < n; ++j) lay[j].owned = lo[j + 1] - lo[j];
+  int me = 0, n = 1;
+  std::vector<Layout> lay;
+  std::vector<uint64_t> lo;  // rank j owns [lo[j], lo[j + 1])
+  lt_engine_t* e = nullptr;
+  lt_lmr_t mine = 0;
+  std::vector<lt_lmr_t> peer;  // every rank's LMR (mine at me)
+  double phase[4] = {};        // rank's seconds: scatter, barriers, exchange, gather+apply
 
-  lt_engine_t* e;
-  if (int rc = LT_join(nullptr, &e)) return fail("join", rc);
-  lt_lmr_t mine;
-  std::string name = "pr." + std::to_string(me);
-  int rc = LT_malloc(e, LT_node_id(e), lay[me].bytes(), LT_RW, &mine);
-  if (rc == 0) rc = LT_publish(e, mine, name.c_str(), LT_READ);
-  if (rc == 0) rc = LT_barrier(e, "pr.published", n, -1);
-  std::vector<lt_lmr_t> peer(n, mine);
-  for (int j = 0; j < n && rc == 0; ++j)
-    if (j != me) rc = LT_map(e, ("pr." + std::to_string(j)).c_str(), LT_READ, &peer[j]);
-  if (rc == 0) rc = LT_barrier(e, "pr.start", n, -1);
-  if (rc != 0) return fail("setup", rc);
-  auto t0 = std::chrono::steady_clock::now();
-
-  uint64_t owned = lay[me].owned;
-  std::vector<double> rank(owned, 1.0 / static_cast<double>(g.vertices));
-  std::vector<double> all(g.vertices),
-      dangling_of(n);  // every contribution; each rank's dangling mass
-  std::vector<double> scratch(owned + 1);
-  std::vector<lt_req_t> req(2 * n);
-  double phase[4] = {};  // scatter, barrier, exchange, gather+apply (s)
-  auto lap = [clock = std::chrono::steady_clock::now()](double* into) mutable {
-    auto now = std::chrono::steady_clock::now();
-    *into += std::chrono::duration<double>(now - clock).count();
-    clock = now;
-  };
-  for (int it = 0; it < iters && rc == 0; ++it) {
-    int parity = it & 1;
-    scratch[owned] = pr::scatter(g, rank.data(), scratch.data());
-    rc = LT_write(e, mine, lay[me].buffer(parity), scratch.data(), 8 * (owned + 1));
-    lap(&phase[0]);
-    std::string bar = "pr.it." + std::to_string(it);
-    if (rc == 0) rc = LT_barrier(e, bar.c_str(), n, -1);
-    lap(&phase[1]);
-    for (int j = 0; j < n && rc == 0; ++j) {  // gather: every buffer, reads in flight at once
-      uint64_t at = lay[j].buffer(parity);
-      rc = LT_read_async(e, peer[j], at, &all[lo[j]], 8 * lay[j].owned, &req[2 * j]);
-      if (rc == 0)
-        rc = LT_read_async(e, peer[j], at + 8 * lay[j].owned, &dangling_of[j], 8, &req[2 * j + 1]);
-    }
-    for (int k = 0; k < 2 * n && rc == 0; ++k) rc = LT_wait(e, req[k], -1);
-    lap(&phase[2]);
-    double dangling = 0;
-    for (int j = 0; j < n; ++j) dangling += dangling_of[j];
-    if (rc == 0) pr::gather_apply(g, all.data(), dangling, rank.data());
-    lap(&phase[3]);
-  }
-  if (rc == 0) rc = LT_write(e, mine, lay[me].ranks(), rank.data(), 8 * owned);
-  if (rc == 0) rc = LT_barrier(e, "pr.done", n, -1);
-  if (rc != 0) return fail("iterate", rc);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  int status = 0;
-  if (me == 0) {
-    std::vector<double> got(g.vertices);
+  // Allocates and publishes this rank's LMR, maps everyone else's.
+  int setup() {
+    lay.resize(n);
+    lo.resize(n + 1);
+    for (int j = 0; j <= n; ++j) lo[j] = pr::range_begin(g.vertices, j, n);
+    for (int j = 0; j < n; ++j) lay[j].owned = lo[j + 1] - lo[j];
+    std::string name = "pr." + std::to_string(me);
+    int rc = LT_malloc(e, LT_node_id(e), lay[me].bytes(), LT_RW, &mine);
+    if (rc == 0) rc = LT_publish(e, mine, name.c_str(), LT_READ);
+    if (rc == 0) rc = LT_barrier(e, "pr.published", n, -1);
+    peer.assign(n, mine);
     for (int j = 0; j < n && rc == 0; ++j)
-      rc = LT_read(e, peer[j], lay[j].ranks(), &got[lo[j]], 8 * lay[j].owned);
-    if (rc != 0) return fail("collect", rc);
+      if (j != me) rc = LT_map(e, ("pr." + std::to_string(j)).c_str(), LT_READ, &peer[j]);
+    return rc;
+  }
+
+  // `iters` iterations; this rank's ranks end in its LMR.
+  int iterate(int iters) {
+    uint64_t owned = lay[me].owned;
+    std::vector<double> rank(owned, 1.0 / static_cast<double>(g.vertices));
+    std::vector<double> all(g.vertices);  // every vertex's contribution
+    std::vector<double> dangling_of(n), scratch(owned + 1);
+    std::vector<lt_req_t> req(2 * n);
+    auto lap = [clock = std::chrono::steady_clock::now()](double* into) mutable {
+      auto now = std::chrono::steady_clock::now();
+      *into += std::chrono::duration<double>(now - clock).count();
+      clock = now;
+    };
+    int rc = 0;
+    for (int it = 0; it < iters && rc == 0; ++it) {
+      int parity = it & 1;
+      scratch[owned] = pr::scatter(g, rank.data(), scratch.data());
+      rc = LT_write(e, mine, lay[me].buffer(parity), scratch.data(), 8 * (owned + 1));
+      lap(&phase[0]);
+      std::string bar = "pr.it." + std::to_string(it);
+      if (rc == 0) rc = LT_barrier(e, bar.c_str(), n, -1);
+      lap(&phase[1]);
+      for (int j = 0; j < n && rc == 0; ++j) {  // gather: every buffer, reads in flight at once
+        uint64_t at = lay[j].buffer(parity);
+        rc = LT_read_async(e, peer[j], at, &all[lo[j]], 8 * lay[j].owned, &req[2 * j]);
+        if (rc == 0)
+          rc =
+              LT_read_async(e, peer[j], at + 8 * lay[j].owned, &dangling_of[j], 8, &req[2 * j + 1]);
+      }
+      for (int k = 0; k < 2 * n && rc == 0; ++k) rc = LT_wait(e, req[k], -1);
+      lap(&phase[2]);
+      double dangling = 0;
+      for (int j = 0; j < n; ++j) dangling += dangling_of[j];
+      if (rc == 0) pr::gather_apply(g, all.data(), dangling, rank.data());
+      lap(&phase[3]);
+    }
+    if (rc == 0) rc = LT_write(e, mine, lay[me].ranks(), rank.data(), 8 * owned);
+    return rc;
+  }
+
+  // Rank 0: every rank's ranks, printed (and checked with --check).
+  int report(const char* path, int iters, double secs, bool want_check) {
+    std::vector<double> got(g.vertices);
+    for (int j = 0; j < n; ++j)
+      if (int rc = LT_read(e, peer[j], lay[j].ranks(), &got[lo[j]], 8 * lay[j].owned))
+        return fail("collect", rc);
     auto top = std::max_element(got.begin(), got.end());
     double sum = 0;
     for (double x : got) sum += x;
@@ -151,12 +143,45 @@ int main(int argc, char** argv) {
         "pagerank: rank 0's time: scatter %.3f s, barriers %.3f s, exchange %.3f s, "
         "gather+apply %.3f s\n",
         phase[0], phase[1], phase[2], phase[3]);
-    if (want_check && !check(argv[1], iters, got)) status = 1;
+    return want_check && !check(path, iters, got) ? 1 : 0;
   }
-  rc = LT_barrier(e, "pr.collected", n, -1);  // nobody reads mine any more
-  for (int j = 0; j < n; ++j)
-    if (j != me) (void)LT_unmap(e, peer[j]);
-  (void)LT_free(e, mine);
-  LT_leave(e);
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* r = getenv("LTIER_RANK");
+  const char* np = getenv("LTIER_NPROCS");
+  if (argc < 2 || r == nullptr || np == nullptr)
+    return fprintf(stderr, "usage: ltier-run -n N -- pagerank GRAPH [--iters K] [--check]\n"), 2;
+  Job job;
+  job.me = atoi(r);
+  job.n = atoi(np);
+  int iters = 30;
+  bool want_check = false;
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--check"))
+      want_check = true;
+  }
+  std::string err;
+  if (!job.g.load(argv[1], job.me, job.n, &err))
+    return fprintf(stderr, "pagerank: %s\n", err.c_str()), 1;
+  if (int rc = LT_join(nullptr, &job.e)) return fail("join", rc);
+  int rc = job.setup();
+  if (rc == 0) rc = LT_barrier(job.e, "pr.start", job.n, -1);
+  if (rc != 0) return fail("setup", rc);
+  auto t0 = std::chrono::steady_clock::now();
+  rc = job.iterate(iters);
+  if (rc == 0) rc = LT_barrier(job.e, "pr.done", job.n, -1);
+  if (rc != 0) return fail("iterate", rc);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int status = job.me == 0 ? job.report(argv[1], iters, secs, want_check) : 0;
+  rc = LT_barrier(job.e, "pr.collected", job.n, -1);  // nobody reads mine any more
+  for (int j = 0; j < job.n; ++j)
+    if (j != job.me) (void)LT_unmap(job.e, job.peer[j]);
+  (void)LT_free(job.e, job.mine);
+  LT_leave(job.e);
   return rc != 0 ? fail("finish", rc) : status;
 }

@@ -163,6 +163,8 @@ py::list class_stats(EngineState& s) {
 
 }  // namespace
 
+// Long by nature: one .def per Python method with its docstring, a table read
+// top to bottom; the work is in the functions above.
 void bind_engine(py::module_& m, EngineClass& cls) {
   m.def("join", &join, py::kw_only(), py::arg("manager") = py::none(),
         py::arg("secret") = py::none(), py::arg("tenant") = py::none(),

@@ -103,6 +103,8 @@ Request write_async(Lmr& l, uint64_t off, const py::object& data) {
 
 }  // namespace
 
+// Long by nature: one .def per Python method with its docstring, a table read
+// top to bottom; the work is in the functions above.
 void bind_lmr(py::module_& m, EngineClass& cls) {
   py::class_<Lmr>(m, "Lmr", R"(A handle on a local or remote memory region (LMR).
 
