@@ -52,20 +52,9 @@ Request recv_async(const EnginePtr& s, uint32_t port, const py::object& into,
                    const py::object& max_bytes) {
   auto p = std::make_shared<Pending>();
   p->kind = Kind::kRecv;
-  char* dst;
-  size_t cap;
-  if (!into.is_none()) {
-    p->out_view = std::make_unique<BufferView>(into, true);
-    p->into = true;
-    p->out = into;
-    dst = static_cast<char*>(p->out_view->data());
-    cap = p->out_view->size();
-  } else {
-    cap = cap_of(*s, max_bytes);
-    py::bytes b = new_bytes(cap);
-    dst = bytes_data(b);
-    p->out = std::move(b);
-  }
+  char* dst = nullptr;
+  size_t cap = into.is_none() ? cap_of(*s, max_bytes) : 0;
+  p->land(into, &dst, &cap);
   return start_async(
       s, std::move(p),
       [&](lt_engine_t* e, Pending* q) {

@@ -19,6 +19,20 @@ Pending::~Pending() {
   }
 }
 
+void Pending::land(const py::object& into_obj, char** dst, size_t* cap) {
+  if (!into_obj.is_none()) {
+    out_view = std::make_unique<BufferView>(into_obj, true);
+    into = true;
+    out = into_obj;
+    *dst = static_cast<char*>(out_view->data());
+    *cap = out_view->size();
+    return;
+  }
+  py::bytes b = new_bytes(*cap);
+  *dst = bytes_data(b);
+  out = std::move(b);
+}
+
 void Pending::finish(int rc) {
   status = rc;
   done = true;

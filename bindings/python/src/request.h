@@ -34,6 +34,9 @@ struct Pending {
   py::object on_done;  // asyncio's callback, called once with the GIL
 
   ~Pending();
+  /// Where a recv or rpc lands: the caller's writable `into` (held until the
+  /// end), else a new bytes object of `cap` bytes. Sets *dst and *cap.
+  void land(const py::object& into, char** dst, size_t* cap);
   /// Records the final status; drops the views (the GIL is held).
   void finish(int rc);
   /// The value or the exception, once done.

@@ -225,20 +225,9 @@ Request rpc_async(const EnginePtr& s, lt_node_t node, uint32_t func_id, const py
     }
   }
   p->keep = data;
-  char* dst;
-  size_t cap;
-  if (!into.is_none()) {
-    p->out_view = std::make_unique<BufferView>(into, true);
-    p->into = true;
-    p->out = into;
-    dst = static_cast<char*>(p->out_view->data());
-    cap = p->out_view->size();
-  } else {
-    cap = max_reply.is_none() ? s->max_msg() : max_reply.cast<size_t>();
-    py::bytes b = new_bytes(cap);
-    dst = bytes_data(b);
-    p->out = std::move(b);
-  }
+  char* dst = nullptr;
+  size_t cap = into.is_none() ? max_reply.is_none() ? s->max_msg() : max_reply.cast<size_t>() : 0;
+  p->land(into, &dst, &cap);
   const void* in = p->view->data();
   size_t in_len = p->view->size();
   return start_async(
