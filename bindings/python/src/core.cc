@@ -12,9 +12,16 @@
 
 namespace ltpy {
 
+void set_python_error(const CallError& e) {
+  py::object from_call = py::module_::import("ltier.errors").attr("_from_call");
+  std::string msg = e.what + ": " + LT_strerror(e.rc);
+  py::object exc = from_call(-e.rc, msg, e.needed);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+}
+
 int64_t timeout_us(const py::object& seconds) {
   if (seconds.is_none()) return -1;
-  double s = seconds.cast<double>();
+  double s = arg_as<double>(seconds, "timeout");
   if (std::isnan(s) || s < 0)
     throw CallError{-LT_ERR_INVAL, "timeout must be None or >= 0 seconds"};
   double us = s * 1e6;
@@ -47,9 +54,6 @@ void shrink_bytes(py::bytes& b, size_t n) {
 
 int wait_interruptible(EngineState& s, lt_engine_t* e, lt_req_t req, int64_t timeout_us, bool keep,
                        bool* in_flight) {
-  // How long a wait goes without looking at leave() and signals: short
-  // against a user's patience, long against the cost of one more LT_wait.
-  constexpr int64_t kSliceUs = 50'000;
   using Clock = std::chrono::steady_clock;
   const int64_t total = timeout_us < 0 ? s.op_timeout_us() : timeout_us;
   const auto end = Clock::now() + std::chrono::microseconds(total);
@@ -59,7 +63,7 @@ int wait_interruptible(EngineState& s, lt_engine_t* e, lt_req_t req, int64_t tim
         std::chrono::duration_cast<std::chrono::microseconds>(end - Clock::now()).count();
     {
       py::gil_scoped_release nogil;
-      int rc = LT_wait(e, req, std::clamp<int64_t>(left, 0, kSliceUs));
+      int rc = LT_wait(e, req, std::clamp<int64_t>(left, 0, kWaitSliceUs));
       if (rc != -LT_ERR_TIMEDOUT) return rc;
       // The slice ran out, or the operation itself ended in TIMEDOUT (then
       // the request is gone).

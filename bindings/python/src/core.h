@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "ltier/lt.h"
@@ -32,9 +33,31 @@ struct CallError {
   uint64_t needed = 0;
 };
 
+/// Raises the ltier.Error subclass errors.py maps e.rc to (sets the Python
+/// error indicator), built as Error(code, message, needed).
+void set_python_error(const CallError& e);
+
 /// Throws CallError for a negative rc.
 inline void check(int rc, const char* what) {
   if (rc < 0) throw CallError{rc, what};
+}
+
+/// An argument taken as a Python object (an optional one, most often) as T,
+/// or TypeError naming it; pybind11's own failure would be a RuntimeError.
+template <typename T>
+T arg_as(const py::handle& o, const char* name) {
+  try {
+    return o.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string(name) + ": not " +
+                         (std::is_floating_point_v<T> ? "a number" : "a non-negative int") +
+                         " but " + Py_TYPE(o.ptr())->tp_name);
+  }
+}
+
+/// A size argument: `dflt` for None.
+inline size_t size_arg(const py::handle& o, size_t dflt, const char* name) {
+  return o.is_none() ? dflt : arg_as<size_t>(o, name);
 }
 
 /// Seconds from Python (None: the engine's default) to the C API's
@@ -64,6 +87,10 @@ char* bytes_data(const py::bytes& b);
 void shrink_bytes(py::bytes& b, size_t n);
 
 class EngineState;
+
+/// How long a blocking call waits without looking at leave() and signals:
+/// short against a user's patience, long against the cost of one more call.
+constexpr int64_t kWaitSliceUs = 50'000;
 
 /// Waits for `req` as LT_wait would (timeout_us negative: the engine's op
 /// timeout), in slices with the GIL released, so that what happens meanwhile

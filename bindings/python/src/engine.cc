@@ -68,10 +68,9 @@ EnginePtr join(const py::object& manager, const py::object& secret, const py::ob
 // thread (CLOSED) and signals end the wait. Events queue, so a slice that
 // ends empty loses nothing.
 int member_event(EngineState& s, int64_t us, lt_member_event_t* ev) {
-  constexpr int64_t kSliceUs = 50'000;
   EngineState::Use use(s);
   for (int64_t left = us;;) {
-    const int64_t slice = std::min(left, kSliceUs);
+    const int64_t slice = std::min(left, kWaitSliceUs);
     int rc;
     {
       py::gil_scoped_release nogil;

@@ -1,5 +1,6 @@
 // LMRs as Python objects: one-sided reads and writes, memset, memcpy,
 // atomics, their async forms, publish and map.
+#include "fastcall.h"
 #include "request.h"
 
 namespace ltpy {
@@ -37,7 +38,7 @@ uint64_t word(const py::int_& v) {
 // read's length: given, or the `into` buffer's size.
 uint64_t read_len(const py::object& length, const BufferView* into) {
   if (!length.is_none()) {
-    auto n = length.cast<uint64_t>();
+    auto n = arg_as<uint64_t>(length, "length");
     if (into != nullptr && n > into->size())
       throw CallError{-LT_ERR_INVAL, "length is larger than the `into` buffer"};
     return n;
@@ -101,17 +102,38 @@ Request write_async(Lmr& l, uint64_t off, const py::object& data) {
       "write");
 }
 
+// read(offset[, length[, into]]) and write(offset, data) without pybind11's
+// dispatcher (fastcall.h); other shapes decline to it.
+PyObject* read_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  uint64_t off;
+  if (nargs < 1 || nargs > 3 || !fast::as_uint(args[0], UINT64_MAX, &off)) return fast::decline();
+  if (nargs >= 2 && args[1] != Py_None && !PyLong_CheckExact(args[1])) return fast::decline();
+  auto arg = [&](Py_ssize_t i) {
+    return i < nargs ? py::reinterpret_borrow<py::object>(args[i]) : py::none();
+  };
+  return fast::guarded([&] { return read(fast::self_as<Lmr>(self), off, arg(1), arg(2)); });
+}
+
+PyObject* write_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  uint64_t off;
+  if (nargs != 2 || !fast::as_uint(args[0], UINT64_MAX, &off)) return fast::decline();
+  return fast::guarded([&] {
+    write(fast::self_as<Lmr>(self), off, py::reinterpret_borrow<py::object>(args[1]));
+    return py::none();
+  });
+}
+
 }  // namespace
 
 // Long by nature: one .def per Python method with its docstring, a table read
 // top to bottom; the work is in the functions above.
 void bind_lmr(py::module_& m, EngineClass& cls) {
-  py::class_<Lmr>(m, "Lmr", R"(A handle on a local or remote memory region (LMR).
+  py::class_<Lmr> lmr(m, "Lmr", R"(A handle on a local or remote memory region (LMR).
 
 Offsets and lengths are in bytes and checked against the LMR (OutOfBoundsError);
 the rights the handle was made with are checked too (PermissionDeniedError).
-Use it as a context manager to free (master) or unmap (mapped) it on exit.)")
-      .def_property_readonly("size", &Lmr::size, "The LMR's size in bytes.")
+Use it as a context manager to free (master) or unmap (mapped) it on exit.)");
+  lmr.def_property_readonly("size", &Lmr::size, "The LMR's size in bytes.")
       .def_property_readonly(
           "handle", [](const Lmr& l) { return l.h; }, "The opaque handle value (process-local).")
       .def_property_readonly("is_master", [](const Lmr& l) { return l.master; })
@@ -244,6 +266,8 @@ Use it as a context manager to free (master) or unmap (mapped) it on exit.)")
         return std::string("<ltier.Lmr ") + (l.master ? "master" : "mapped") +
                (l.released ? " (released)>" : ">");
       });
+  fast::install<&read_fast>(lmr, "read");
+  fast::install<&write_fast>(lmr, "write");
 
   cls.def(
          "malloc",

@@ -5,16 +5,11 @@
 namespace ltpy {
 namespace {
 
-// CallError -> the ltier.Error subclass errors.py maps its code to, built as
-// Error(code, message, needed).
 void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const CallError& e) {
-    py::object raise_for = py::module_::import("ltier.errors").attr("_from_call");
-    std::string msg = e.what + ": " + LT_strerror(e.rc);
-    py::object exc = raise_for(-e.rc, msg, e.needed);
-    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    set_python_error(e);
   }
 }
 

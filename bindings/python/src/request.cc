@@ -8,7 +8,7 @@ namespace {
 // How long the completion thread sleeps in LT_wait on its oldest request
 // before it tests the others again: a newer request that finished first
 // waits at most this much for its callback.
-constexpr int64_t kWaitSliceUs = 200;
+constexpr int64_t kOldestSliceUs = 200;
 }  // namespace
 
 Pending::~Pending() {
@@ -199,7 +199,7 @@ void Completer::run() {
       continue;
     }
     if (live.empty()) continue;
-    int rc = LT_wait(e_, live.front()->req, kWaitSliceUs);
+    int rc = LT_wait(e_, live.front()->req, kOldestSliceUs);
     if (rc != -LT_ERR_TIMEDOUT) {
       live.front()->status = rc;
       live.front()->done = true;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "fastcall.h"
 #include "request.h"
 
 namespace ltpy {
@@ -168,8 +169,7 @@ py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::objec
   if (node == s.node_id()) {
     py::object fn = s.local_handler(func_id);
     if (!fn.is_none())
-      return self_call(fn, node, in, max_reply.is_none() ? s.max_msg() : max_reply.cast<size_t>(),
-                       into);
+      return self_call(fn, node, in, size_arg(max_reply, s.max_msg(), "max_reply"), into);
   }
   size_t len = 0;
   int rc;
@@ -184,7 +184,7 @@ py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::objec
     check(rc, "rpc");
     return py::int_(len);
   }
-  size_t cap = max_reply.is_none() ? s.max_msg() : max_reply.cast<size_t>();
+  size_t cap = size_arg(max_reply, s.max_msg(), "max_reply");
   char* buf = scratch(cap);
   {
     EngineState::Use use(s);
@@ -194,6 +194,21 @@ py::object rpc(EngineState& s, lt_node_t node, uint32_t func_id, const py::objec
   if (rc == -LT_ERR_TRUNCATED) throw CallError{rc, "rpc (reply larger than max_reply)", len};
   check(rc, "rpc");
   return py::bytes(buf, len);
+}
+
+// rpc(node, func_id, data[, into]) without pybind11's dispatcher
+// (fastcall.h); other shapes decline to it.
+PyObject* rpc_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  uint64_t node, func_id;
+  if (nargs < 3 || nargs > 4 || !fast::as_uint(args[0], UINT32_MAX, &node) ||
+      !fast::as_uint(args[1], UINT32_MAX, &func_id))
+    return fast::decline();
+  py::object into = nargs == 4 ? py::reinterpret_borrow<py::object>(args[3]) : py::none();
+  return fast::guarded([&] {
+    return rpc(fast::self_as<EngineState>(self), static_cast<lt_node_t>(node),
+               static_cast<uint32_t>(func_id), py::reinterpret_borrow<py::object>(args[2]), into,
+               py::none());
+  });
 }
 
 Request rpc_async(const EnginePtr& s, lt_node_t node, uint32_t func_id, const py::object& data,
@@ -210,8 +225,7 @@ Request rpc_async(const EnginePtr& s, lt_node_t node, uint32_t func_id, const py
       int status = 0;
       try {
         py::object r =
-            self_call(fn, node, *p->view,
-                      max_reply.is_none() ? s->max_msg() : max_reply.cast<size_t>(), into);
+            self_call(fn, node, *p->view, size_arg(max_reply, s->max_msg(), "max_reply"), into);
         p->out = p->into ? into : r;
         p->len = p->into ? r.cast<size_t>() : py::len(r);
       } catch (const CallError& e) {
@@ -226,7 +240,7 @@ Request rpc_async(const EnginePtr& s, lt_node_t node, uint32_t func_id, const py
   }
   p->keep = data;
   char* dst = nullptr;
-  size_t cap = into.is_none() ? max_reply.is_none() ? s->max_msg() : max_reply.cast<size_t>() : 0;
+  size_t cap = into.is_none() ? size_arg(max_reply, s->max_msg(), "max_reply") : 0;
   p->land(into, &dst, &cap);
   const void* in = p->view->data();
   size_t in_len = p->view->size();
@@ -297,6 +311,7 @@ void bind_rpc(py::module_& m, EngineClass& cls) {
       .def("rpc_async", &rpc_async, py::arg("node"), py::arg("func_id"),
            py::arg("data") = py::bytes(), py::arg("into") = py::none(),
            py::arg("max_reply") = py::none(), "rpc as a Request.");
+  fast::install<&rpc_fast>(cls, "rpc");
 }
 
 }  // namespace ltpy
