@@ -134,7 +134,8 @@ def echo_peer(address):
     os.environ["LTIER_NODE_NAME"] = "py-echo"
     with ltier.join(manager=address, secret=SECRET, listen="127.0.0.1:0") as eng:
         eng.register_rpc(1, lambda src, data: data)
-        buf = bytearray(64)
+        buf = bytearray(8)  # the size the driver sends, as the mpi4py echo's buffer
+        whole = memoryview(buf)
         stop = eng.recv_async(9, None, 8)
         while True:
             try:
@@ -143,7 +144,7 @@ def echo_peer(address):
                 if stop.test():
                     return
                 continue
-            eng.send(src, 2, memoryview(buf)[:n])
+            eng.send(src, 2, buf if n == len(buf) else whole[:n])
 
 
 def mpi_child(iters):
