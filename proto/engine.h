@@ -382,6 +382,9 @@ class Engine {
   void handle_ring(NodeId from, uint32_t imm);
   void ring_done(NodeId from, uint64_t req_id);
   std::span<std::byte> rpc_scratch();
+  Result<ReqId> rpc_self(uint32_t func_id, const void* in, size_t in_len, void* out, size_t out_cap,
+                         size_t* out_len);
+  void reply_self(uint64_t caller_req, const void* out, size_t len, Status s);
   void queue_rpc(RpcQueue* queue, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
   void deliver_rpc(Request* r, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
   void unpost(Request* r, ReqId id);

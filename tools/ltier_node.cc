@@ -100,6 +100,10 @@ constexpr Command kCommands[] = {
      "the bytes reversed; a request starting with 0xEE gets LT_ERR_PERM. Each token is then "
      "replied to again, which must fail with LT_ERR_BAD_HANDLE)",
      cmd_rpc_loop},
+    {"rpc_loop_self",
+     "FUNC COUNT -> ok COUNT TRUNCATED (a thread answers as rpc_loop does while this one calls "
+     "FUNC on its own node COUNT times, then once with a request it denies)",
+     cmd_rpc_loop_self},
     {"rpc_gate",
      "NODE -> ok (async call of the gate function 4, then a blocking call of 5, which opens the "
      "gate, then waits for 4: completes only if the server runs handlers on >= 2 workers)",

@@ -84,6 +84,10 @@ Status Engine::reply_rpc(uint64_t token, const void* out, size_t len, Status s) 
   }
   ReplyTokens::Caller c;
   if (!client_.reply_tokens.take(token, &c)) return Code::kBadHandle;
+  if (c.src == self()) {
+    reply_self(c.caller_req, out, len, s);
+    return Status::ok();
+  }
   MsgHeader rh = make_header(MsgOp::kRpcReply, c.caller_req, s.code());
   return send(c.src, &rh, sizeof(rh), s.is_ok() ? out : nullptr, s.is_ok() ? len : 0,
               default_deadline(), true);

@@ -337,6 +337,15 @@ TEST_P(ThreeNodes, RpcServerLoopAnswersInItsOwnThreads) {
   EXPECT_EQ(a->cmd("rpc_timeout_func " + ids_[2] + " 6 50"), "err LT_ERR_TIMEDOUT");
 }
 
+// A call to the node's own server-loop function waits in its queue like a
+// peer's and is completed by that node's own LT_replyRPC: replies, a
+// truncated request served after its buffer grew, and a denial.
+TEST_P(ThreeNodes, RpcToOwnServerLoop) {
+  std::string done = nodes_[2]->cmd("rpc_loop_self 6 12", 60000);
+  EXPECT_TRUE(done.rfind("ok 12 ", 0) == 0) << done;
+  EXPECT_NE(done, "ok 12 0") << "no request outgrew the server's 4-byte buffer";
+}
+
 // A small rendezvous stage (shm.stage_bytes): the first messages are staged,
 // the rest find it full and are pulled by message; order and bytes hold.
 TEST(ShmStage, FullStageFallsBackToPull) {

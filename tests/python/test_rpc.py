@@ -96,3 +96,19 @@ def test_leave_from_a_handler_is_refused(eng, peer):
     eng.register_rpc(91, handler)
     assert peer.cmd(f"call {eng.node_id} 91") == "ok " + b"refused".hex()
     assert not eng.closed
+
+
+def test_server_loop_on_its_own_node(eng):
+    queue = eng.rpc_queue(LOOP + 1)
+
+    def serve():
+        for _ in range(2):
+            call = queue.recv(timeout=10)
+            call.reply(bytes(reversed(call.data)))
+
+    server = threading.Thread(target=serve)
+    server.start()
+    assert eng.rpc(eng.node_id, LOOP + 1, b"abc") == b"cba"
+    assert eng.rpc(eng.node_id, LOOP + 1, b"", bytearray(4)) == 0
+    server.join(10)
+    assert not server.is_alive()

@@ -203,6 +203,41 @@ std::string cmd_rpc_loop(lt_engine_t* e, Args& a) {
   return "ok " + std::to_string(count) + " " + std::to_string(truncated.load());
 }
 
+// Calls to this node's own server-loop function: one thread answers them
+// (answer_loop_request) while this one calls COUNT times, with requests of
+// 1..COUNT bytes (longer than the server's first buffer for COUNT > 4), and
+// once more with a request the server denies.
+std::string cmd_rpc_loop_self(lt_engine_t* e, Args& a) {
+  uint32_t func = a.u32();
+  uint64_t count = a.u64();
+  std::atomic<uint64_t> truncated{0};
+  int server_rc = 0;
+  std::thread server([&] {
+    std::vector<unsigned char> buf(4);
+    for (uint64_t i = 0; i <= count && server_rc == 0; ++i)
+      server_rc = answer_loop_request(e, func, &buf, &truncated);
+  });
+  std::string result;
+  for (uint64_t i = 1; i <= count && result.empty(); ++i) {
+    std::vector<unsigned char> in(i), out(i), want(i);
+    for (uint64_t k = 0; k < i; ++k) in[k] = want[i - 1 - k] = static_cast<unsigned char>(k + 1);
+    size_t n = 0;
+    int rc = LT_RPC(e, LT_node_id(e), func, in.data(), i, out.data(), i, &n);
+    if (rc != 0)
+      result = err(rc) + " call " + std::to_string(i);
+    else if (n != i || out != want)
+      result = "err mismatch at call " + std::to_string(i);
+  }
+  unsigned char deny = 0xEE;
+  size_t n = 0;
+  int rc = result.empty() ? LT_RPC(e, LT_node_id(e), func, &deny, 1, nullptr, 0, &n) : 0;
+  if (result.empty() && rc != -LT_ERR_PERM) result = "err the denied call gave " + err(rc);
+  server.join();
+  if (!result.empty()) return result;
+  if (server_rc != 0) return err(server_rc) + " in the server thread";
+  return "ok " + std::to_string(count) + " " + std::to_string(truncated.load());
+}
+
 std::string cmd_rpc_gate(lt_engine_t* e, Args& a) {
   lt_node_t node = a.node();
   char req[3] = {7, 8, 9}, rep[3];
