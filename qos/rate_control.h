@@ -11,7 +11,10 @@
 //    is cut to kDecrease of itself (multiplicative decrease);
 //  - a higher class active and none above target: the rate grows by
 //    1/kIncreaseSteps of the solo rate (additive increase), and throttling
-//    ends when it reaches the solo rate;
+//    ends when it reaches the solo rate. Classes of one priority throttled
+//    together grow towards their weight's share of the group's solo rate
+//    instead (Share): all halve at once, so the rates converge to shares in
+//    proportion to the weights (weighted AIMD);
 //  - never below floor_percent of the solo rate (no starvation).
 // docs/ARCHITECTURE.md ("QoS: the control law") says which published
 // scheme each constant follows.
@@ -25,6 +28,16 @@
 #include "qos/token_bucket.h"
 
 namespace lt::qos {
+
+/// This class's part of its priority group, for the additive increase:
+/// `weight` of `group_weight` (the weights of the group's active classes)
+/// of `group_solo` (their solo rates added up). The default stands for a
+/// class alone in its group.
+struct Share {
+  uint64_t group_solo = 0;
+  uint32_t weight = 1;
+  uint32_t group_weight = 1;
+};
 
 class RateControl {
  public:
@@ -40,7 +53,7 @@ class RateControl {
   /// `higher_active`: a higher class had work in it; `congested`: one of
   /// them saw an RTT above its target.
   void update(uint64_t now, uint64_t interval_ns, uint64_t bytes, bool higher_active,
-              bool congested) {
+              bool congested, Share share = {}) {
     const uint64_t measured = interval_ns ? bytes * 1'000'000'000ull / interval_ns : 0;
     if (!higher_active) {
       if (throttled_) ++recoveries_;
@@ -67,8 +80,9 @@ class RateControl {
       set(std::max(floor, static_cast<uint64_t>(static_cast<double>(rate_) * kDecrease)));
       ++decreases_;
     } else {
-      set(rate_ + std::max<uint64_t>(solo / kIncreaseSteps, 1));
-      if (rate_ >= solo) {
+      const uint64_t fair = fair_share(solo, share);
+      set(rate_ + std::max<uint64_t>(fair / kIncreaseSteps, 1));
+      if (rate_ >= std::max(solo, fair)) {
         throttled_ = false;
         set(kUnlimited);
         ++recoveries_;
@@ -92,6 +106,20 @@ class RateControl {
   uint64_t decreases() const { return decreases_; }
 
  private:
+  // What the class grows towards: its solo rate alone; in a group, its
+  // weight's share of the group's solo rate. The additive step is a
+  // kIncreaseSteps-th of it (one constant for every weight, so the steps
+  // keep the weights' ratio), and throttling ends above both: a heavier
+  // class does not leave the group's throttling, and take what the others
+  // were cut to, at its own solo rate.
+  static uint64_t fair_share(uint64_t solo, const Share& share) {
+    const uint64_t group = std::max(share.group_solo, solo);
+    const uint32_t of = std::max(share.group_weight, share.weight);
+    if (share.weight == 0 || of == share.weight) return solo;
+    const double part = static_cast<double>(share.weight) / static_cast<double>(of);
+    return static_cast<uint64_t>(static_cast<double>(group) * part);
+  }
+
   // Every change of rate_ while throttled goes to the bucket too.
   void set(uint64_t rate) {
     rate_ = rate;

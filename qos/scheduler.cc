@@ -261,12 +261,25 @@ void Scheduler::tick(uint64_t now) {
         higher_congested = higher_congested || (r.active && r.congested);
       }
     }
-    bool group_active = false, group_congested = false;
-    for (; i < classes_.size() && classes_[i]->cfg.priority == prio; ++i) {
-      Class& k = *classes_[i];
-      const bool active =
+    // The group is [i, end); its active classes share its solo rate by weight.
+    size_t end = i;
+    std::array<bool, kMaxClasses> is_active{};
+    Share group{0, 0, 0};
+    for (; end < classes_.size() && classes_[end]->cfg.priority == prio; ++end) {
+      Class& k = *classes_[end];
+      is_active[end] =
           k.in_flight.load(std::memory_order_relaxed) != 0 ||
           now - std::min(now, k.last_active.load(std::memory_order_relaxed)) < kActiveNs;
+      if (!is_active[end]) continue;
+      k.mu.lock();
+      group.group_solo += k.rc.solo_rate();
+      k.mu.unlock();
+      group.group_weight += k.cfg.weight;
+    }
+    bool group_active = false, group_congested = false;
+    for (; i < end; ++i) {
+      Class& k = *classes_[i];
+      const bool active = is_active[i];
       k.mu.lock();
       const uint64_t bytes = k.interval_bytes;
       if (k.interval_max_rtt != 0) k.signal_rtt = k.interval_max_rtt;
@@ -276,7 +289,8 @@ void Scheduler::tick(uint64_t now) {
       k.interval_max_rtt = 0;
       const uint64_t target = k.target_locked();
       const bool was_throttled = k.rc.throttled();
-      k.rc.update(now, dt, bytes, higher_active, higher_congested);
+      k.rc.update(now, dt, bytes, higher_active, higher_congested,
+                  Share{group.group_solo, k.cfg.weight, group.group_weight});
       const bool throttled = k.rc.throttled();
       k.mu.unlock();
       k.target.store(target, std::memory_order_relaxed);

@@ -1,8 +1,11 @@
 // The control law against a simulated clock: throttle, recover, work
-// conservation, the floor, and the token bucket's rate.
+// conservation, the floor, the token bucket's rate, and weighted sharing
+// within a priority.
 #include "qos/rate_control.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace lt::qos {
 namespace {
@@ -107,6 +110,60 @@ TEST(RateControl, TokenBucketHoldsTheRateAndEveryCallerGetsThrough) {
   EXPECT_EQ(rc.take(0, now += 1'000'000'000ull), 0u);
   EXPECT_EQ(rc.take(1ull << 30, now), 0u);
   EXPECT_GT(rc.take(op, now), 0u);
+}
+
+// Two classes of one priority, each wanting the whole link (kSolo), under a
+// higher class that finds the link congested whenever they move more than
+// 80% of it. An unthrottled class takes what a throttled one leaves; two
+// unthrottled ones split it evenly. Returns what A moved over what B moved,
+// once the first intervals are past.
+double shared_ratio(uint32_t weight_a, uint32_t weight_b) {
+  uint64_t now = 0;
+  RateControl a, b;
+  for (int i = 0; i < 50; ++i) {  // together, unthrottled: half each
+    a.update(now += kT, kT, kPerInterval / 2, false, false);
+    b.update(now, kT, kPerInterval / 2, false, false);
+  }
+  const uint32_t weights = weight_a + weight_b;
+  double moved_a = 0, moved_b = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const bool free_a = !a.throttled(), free_b = !b.throttled();
+    uint64_t ra = free_a ? 0 : std::min(a.rate(), kSolo);
+    uint64_t rb = free_b ? 0 : std::min(b.rate(), kSolo);
+    if (!free_a && !free_b && ra + rb > kSolo) {  // the link holds no more
+      ra = ra * kSolo / (ra + rb);
+      rb = kSolo - ra;
+    }
+    if (free_a && free_b) ra = rb = kSolo / 2;
+    if (free_a && !free_b) ra = kSolo - rb;
+    if (free_b && !free_a) rb = kSolo - ra;
+    const bool congested = ra + rb > kSolo / 10 * 8;
+    const uint64_t group_solo = a.solo_rate() + b.solo_rate();
+    const uint64_t ba = ra / (1'000'000'000 / kT), bb = rb / (1'000'000'000 / kT);
+    a.update(now += kT, kT, ba, true, congested, {group_solo, weight_a, weights});
+    b.update(now, kT, bb, true, congested, {group_solo, weight_b, weights});
+    if (i >= 1000) {
+      moved_a += static_cast<double>(ba);
+      moved_b += static_cast<double>(bb);
+    }
+  }
+  return moved_a / moved_b;
+}
+
+TEST(RateControl, ClassesOfOnePriorityShareByWeight) {
+  EXPECT_NEAR(shared_ratio(1, 1), 1.0, 0.15);
+  EXPECT_NEAR(shared_ratio(3, 1), 3.0, 0.75);
+  EXPECT_NEAR(shared_ratio(1, 4), 0.25, 0.08);
+}
+
+TEST(RateControl, AClassAloneInItsGroupGrowsByItsOwnSolo) {
+  uint64_t now = 0;
+  RateControl rc = warmed(&now);
+  for (int i = 0; i < 10; ++i) rc.update(now += kT, kT, kPerInterval / 4, true, true);
+  const uint64_t cut = rc.rate();
+  // Its group's other classes are idle: their weights do not count.
+  rc.update(now += kT, kT, kPerInterval / 4, true, false, {kSolo, 5, 5});
+  EXPECT_NEAR(static_cast<double>(rc.rate() - cut), kSolo / 16.0, kSolo * 0.01);
 }
 
 }  // namespace

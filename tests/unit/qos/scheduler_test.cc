@@ -208,6 +208,84 @@ TEST(Scheduler, HigherClassAboveTargetThrottlesTheLowerOne) {
   ASSERT_TRUE(s.set_thread_class("").is_ok());
 }
 
+// Two classes of one priority, weights 3 and 1, cut together by a slow
+// latency call: once the latency class is back within its target, each
+// grows by its weight's share, so the heavier one climbs three times as fast.
+TEST(Scheduler, ClassesOfOnePriorityRecoverByWeight) {
+  QosConfig q;
+  q.tenant = "t";
+  q.board = "none";
+  QosClass hi, heavy, light;
+  hi.name = "latency";
+  hi.target_rtt_ns = 100'000;
+  heavy.name = "heavy";
+  heavy.priority = light.priority = 1;
+  heavy.weight = 3;
+  light.name = "light";
+  q.policy.classes = {hi, heavy, light};
+  QosTenant t;
+  t.name = "t";
+  t.classes = {"latency", "heavy", "light"};
+  t.default_class = "latency";
+  q.policy.tenants = {t};
+  Scheduler s(q, Clock{&sim_now, &sim_sleep});
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  constexpr uint64_t kT = RateControl::kIntervalNs;
+  auto op = [&](const char* cls, uint64_t bytes, uint64_t takes_ns) {
+    ASSERT_TRUE(s.set_thread_class(cls).is_ok());
+    Ticket tk;
+    ASSERT_TRUE(s.admit(bytes, Deadline::never(), &tk).is_ok());
+    sim_sleep(takes_ns);
+    s.complete(tk);
+    s.retire(tk);
+  };
+  auto rates = [&] {
+    auto cs = s.class_stats();
+    return std::make_pair(cs[1].rate, cs[2].rate);
+  };
+  for (int i = 0; i < 40; ++i) {  // both alone: the same solo rate
+    op("heavy", 1 << 20, kT / 4);
+    op("light", 1 << 20, kT / 4);
+  }
+  // Latency calls of 2 ms, one always in flight while both write.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(s.set_thread_class("latency").is_ok());
+    Ticket slow;
+    ASSERT_TRUE(s.admit(8, Deadline::never(), &slow).is_ok());
+    for (int k = 0; k < 8; ++k) {
+      op("heavy", 1 << 20, kT / 4);
+      op("light", 1 << 20, kT / 4);
+    }
+    s.complete(slow);
+    s.retire(slow);
+  }
+  ASSERT_NE(rates().first, RateControl::kUnlimited);
+  ASSERT_NE(rates().second, RateControl::kUnlimited);
+  // Fast latency calls now; the slow call's signal lasts until their first
+  // interval has passed.
+  for (int i = 0; i < 3; ++i) {
+    op("latency", 8, 20'000);
+    sim_sleep(kT);
+  }
+  uint64_t grew_heavy = 0, grew_light = 0;
+  for (int i = 0; i < 200; ++i) {
+    auto [h0, l0] = rates();
+    op("latency", 8, 20'000);
+    op("heavy", 1 << 20, kT / 4);
+    op("light", 1 << 20, kT / 4);
+    auto [h1, l1] = rates();
+    if (h1 == RateControl::kUnlimited || l1 == RateControl::kUnlimited) break;
+    ASSERT_GE(h1, h0);
+    ASSERT_GE(l1, l0);
+    grew_heavy += h1 - h0;
+    grew_light += l1 - l0;
+  }
+  ASSERT_GT(grew_light, 0u);
+  EXPECT_NEAR(static_cast<double>(grew_heavy) / static_cast<double>(grew_light), 3.0, 0.5);
+  ASSERT_TRUE(s.set_thread_class("").is_ok());
+}
+
 // max_ops_per_s and max_bytes_per_s hold whether or not anything else is
 // active; calls wait for them and all get through.
 TEST(Scheduler, ClassCapsHoldAlways) {
