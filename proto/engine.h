@@ -311,6 +311,9 @@ class Engine {
   // stream transport may hold this one for the same system call.
   Status send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
               bool reply, bool more = false);
+  // The same on an endpoint the caller holds (an EndpointRef of its own).
+  Status send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_t hlen, const void* data,
+                 size_t dlen, Deadline d, bool reply, bool more = false);
   Status send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,
                       size_t dlen, bool more = false);
   void drop_unsent(Request* r);
@@ -393,10 +396,12 @@ class Engine {
   Result<ReqId> send_impl(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request);
   Result<ReqId> send_to_self(uint32_t port, const void* buf, size_t len, bool no_request,
                              MsgCreditGuard& credit);
-  Result<ReqId> send_eager(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request,
-                           MsgCreditGuard& credit);
-  Result<ReqId> send_staged(NodeId node, uint32_t port, const void* buf, size_t len,
-                            uint64_t stage_off, bool no_request, MsgCreditGuard& credit);
+  // `ep`: the endpoint to `node`, held by send_impl for the whole send.
+  Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
+                           size_t len, bool no_request, MsgCreditGuard& credit);
+  Result<ReqId> send_staged(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
+                            size_t len, uint64_t stage_off, bool no_request,
+                            MsgCreditGuard& credit);
   Result<ReqId> send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
                           MsgCreditGuard& credit);
   // A send complete once posted needs a request only for send_async: none

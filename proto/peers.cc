@@ -151,6 +151,11 @@ Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, si
                     Deadline d, bool reply, bool more) {
   EndpointRef ep;
   LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
+  return send_on(p, ep.get(), hdr, hlen, data, dlen, d, reply, more);
+}
+
+Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_t hlen,
+                       const void* data, size_t dlen, Deadline d, bool reply, bool more) {
   WorkRequest wr;
   wr.op = transport::Op::kSend;
   wr.num_sge = dlen ? 2 : 1;
@@ -164,7 +169,7 @@ Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, si
       more_in_batch_) {
     wr.flags |= transport::kWrMore;
   }
-  return post_one(p, ep.get(), wr, d);
+  return post_one(p, ep, wr, d);
 }
 
 // Posts one work request to `p`, polling while the transport pushes back,

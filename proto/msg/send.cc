@@ -31,9 +31,10 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   }
   if (!peers_.valid(node)) return Code::kPeerDown;
   // The peer first: a dead one is PEER_DOWN even when no credit is left.
+  // The endpoint is held for the whole send: its post needs no second lookup.
   transport::Transport* via = nullptr;
+  EndpointRef ep;
   if (node != self()) {
-    EndpointRef ep;
     LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
     via = peers_.via(node);
   }
@@ -43,7 +44,7 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   MsgCreditGuard credit(credits_, node);
   if (via == nullptr) return send_to_self(port, buf, len, no_request, credit);
   const transport::Caps& caps = via->caps();
-  if (len <= caps.eager_max) return send_eager(node, port, buf, len, no_request, credit);
+  if (len <= caps.eager_max) return send_eager(node, ep.get(), port, buf, len, no_request, credit);
   // Staged when the transport reads natively but cannot place (no
   // cross-memory attach): placement is one copy and needs no stage, so it
   // goes by the pull below. The stage's key is the memory transport's, so
@@ -53,7 +54,7 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   if (caps.one_sided && !caps.placement && via == transports_.memory()) {
     uint64_t off = 0;
     if (stage_.alloc(node, len, &off) || (progress(), stage_.alloc(node, len, &off))) {
-      return send_staged(node, port, buf, len, off, no_request, credit);
+      return send_staged(node, ep.get(), port, buf, len, off, no_request, credit);
     }
   }
   if (no_request) return Code::kUnsupported;  // goes by the pull: the caller uses send_async
@@ -101,21 +102,23 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len, b
   return end_send(*r, id, Status::ok());
 }
 
-Result<ReqId> Engine::send_eager(NodeId node, uint32_t port, const void* buf, size_t len,
-                                 bool no_request, MsgCreditGuard& credit) {
+Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, uint32_t port,
+                                 const void* buf, size_t len, bool no_request,
+                                 MsgCreditGuard& credit) {
   ReqId id = 0;
   auto r = send_request_slot(no_request, &id, len);
   if (!r) return r.status();
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
-  Status s = send(node, &m, sizeof(m), buf, len, default_deadline(), false);
+  Status s = send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false);
   if (s.is_ok()) credit.sent();
   return end_send(*r, id, s);
 }
 
 // Copied into the stage and complete now; the receiver reads the copy
 // natively and frees it with MsgStaged.
-Result<ReqId> Engine::send_staged(NodeId node, uint32_t port, const void* buf, size_t len,
-                                  uint64_t stage_off, bool no_request, MsgCreditGuard& credit) {
+Result<ReqId> Engine::send_staged(NodeId node, transport::Endpoint* ep, uint32_t port,
+                                  const void* buf, size_t len, uint64_t stage_off, bool no_request,
+                                  MsgCreditGuard& credit) {
   ReqId id = 0;
   auto r = send_request_slot(no_request, &id, len);
   if (!r) {
@@ -124,7 +127,7 @@ Result<ReqId> Engine::send_staged(NodeId node, uint32_t port, const void* buf, s
   }
   std::memcpy(stage_.base() + stage_off, buf, len);
   MsgRts m{make_header(MsgOp::kMsgRts, 0), port, credit.take_owed(), len, stage_.rkey(), stage_off};
-  Status s = send(node, &m, sizeof(m), nullptr, 0, default_deadline(), false);
+  Status s = send_on(node, ep, &m, sizeof(m), nullptr, 0, default_deadline(), false);
   if (s.is_ok()) {
     credit.sent();
   } else {
