@@ -133,6 +133,17 @@ std::atomic<uint64_t> sim_ns{1'000'000'000};
 uint64_t sim_now() { return sim_ns.load(); }
 void sim_sleep(uint64_t ns) { sim_ns.fetch_add(ns); }
 
+// One operation of class `cls` that takes `takes_ns` of simulated time, from
+// admit to retire.
+void sim_op(Scheduler& s, const char* cls, uint64_t bytes, uint64_t takes_ns) {
+  ASSERT_TRUE(s.set_thread_class(cls).is_ok());
+  Ticket t;
+  ASSERT_TRUE(s.admit(bytes, Deadline::never(), &t).is_ok());
+  sim_sleep(takes_ns);
+  s.complete(t);
+  s.retire(t);
+}
+
 // The bulk class is throttled while the latency class is active and above
 // its 100 us target, and set free once the latency class goes idle.
 TEST(Scheduler, HigherClassAboveTargetThrottlesTheLowerOne) {
@@ -141,12 +152,7 @@ TEST(Scheduler, HigherClassAboveTargetThrottlesTheLowerOne) {
   ASSERT_TRUE(s.start(&error).is_ok()) << error;
   constexpr uint64_t kT = RateControl::kIntervalNs;
   auto op = [&](const char* cls, uint64_t bytes, uint64_t takes_ns) {
-    ASSERT_TRUE(s.set_thread_class(cls).is_ok());
-    Ticket t;
-    ASSERT_TRUE(s.admit(bytes, Deadline::never(), &t).is_ok());
-    sim_sleep(takes_ns);
-    s.complete(t);
-    s.retire(t);
+    sim_op(s, cls, bytes, takes_ns);
   };
   // Bulk alone: 1 MiB per 100 us, about 10 GB/s, for a few intervals.
   for (int i = 0; i < 20; ++i) op("bulk", 1 << 20, kT / 2);
@@ -233,12 +239,7 @@ TEST(Scheduler, ClassesOfOnePriorityRecoverByWeight) {
   ASSERT_TRUE(s.start(&error).is_ok()) << error;
   constexpr uint64_t kT = RateControl::kIntervalNs;
   auto op = [&](const char* cls, uint64_t bytes, uint64_t takes_ns) {
-    ASSERT_TRUE(s.set_thread_class(cls).is_ok());
-    Ticket tk;
-    ASSERT_TRUE(s.admit(bytes, Deadline::never(), &tk).is_ok());
-    sim_sleep(takes_ns);
-    s.complete(tk);
-    s.retire(tk);
+    sim_op(s, cls, bytes, takes_ns);
   };
   auto rates = [&] {
     auto cs = s.class_stats();
