@@ -15,8 +15,9 @@ struct lt_engine {
   std::unique_ptr<lt::api::MetricsServer> metrics;  // metrics.listen; stopped before leave
   // Request ids leave the library XORed with this: an id of another engine
   // (or a made-up one) names no request here, with overwhelming
-  // probability, instead of this engine's request in the same slot.
-  const uint64_t req_salt = lt::random_u64();
+  // probability, instead of this engine's request in the same slot. Bit 31
+  // is set, and no slot index reaches it, so no request maps to LT_REQ_DONE.
+  const uint64_t req_salt = lt::random_u64() | (uint64_t{1} << 31);
 };
 
 namespace lt::api {

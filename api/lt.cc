@@ -58,13 +58,16 @@ inline int out_rc(const lt::Result<T>& r, U* out) {
   return 0;
 }
 
-// A request id for the caller (see lt_engine::req_salt), and back.
+// A request id for the caller (see lt_engine::req_salt), and back. An
+// operation complete at its call is LT_REQ_DONE both ways.
 inline int req_rc(const lt_engine_t* e, const lt::Result<uint64_t>& r, lt_req_t* out) {
   if (!r.is_ok()) return rc(r.status());
-  *out = r.value() ^ e->req_salt;
+  *out = r.value() == lt::proto::kDoneReqId ? LT_REQ_DONE : r.value() ^ e->req_salt;
   return 0;
 }
-inline uint64_t req_in(const lt_engine_t* e, lt_req_t req) { return req ^ e->req_salt; }
+inline uint64_t req_in(const lt_engine_t* e, lt_req_t req) {
+  return req == LT_REQ_DONE ? lt::proto::kDoneReqId : req ^ e->req_salt;
+}
 
 }  // namespace
 

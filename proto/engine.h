@@ -298,6 +298,7 @@ class Engine {
   Request* lookup(ReqId id) { return client_.requests.lookup(id); }
   void fail_requests_to(NodeId peer, Code c);
   Status wait_impl(ReqId id, Deadline d, Results* res);
+  Status collect(Request* r, Results* res);  // a done request's status and results; frees it
   Status wait_or_cancel(ReqId id, Deadline d, Results* res);
   // A spinner stops (`now`: its last clock read, 0 if none); unparks the
   // progress thread if it will sleep, else keeps it parked (park_timer_).
@@ -394,20 +395,16 @@ class Engine {
 
   // ---- msg/send.cc, msg/recv.cc, msg/rndv.cc, msg/credits.cc, msg/stage.cc
   Result<ReqId> send_impl(NodeId node, uint32_t port, const void* buf, size_t len, bool no_request);
-  Result<ReqId> send_to_self(uint32_t port, const void* buf, size_t len, bool no_request,
-                             MsgCreditGuard& credit);
+  // These three complete at their post and return kDoneReqId.
+  Result<ReqId> send_to_self(uint32_t port, const void* buf, size_t len, MsgCreditGuard& credit);
   // `ep`: the endpoint to `node`, held by send_impl for the whole send.
   Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
-                           size_t len, bool no_request, MsgCreditGuard& credit);
+                           size_t len, MsgCreditGuard& credit);
   Result<ReqId> send_staged(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
-                            size_t len, uint64_t stage_off, bool no_request,
-                            MsgCreditGuard& credit);
+                            size_t len, uint64_t stage_off, MsgCreditGuard& credit);
   Result<ReqId> send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
                           MsgCreditGuard& credit);
-  // A send complete once posted needs a request only for send_async: none
-  // (id 0) with no_request; end_send completes it with the post's status.
-  Result<Request*> send_request_slot(bool no_request, ReqId* id, uint64_t bytes);
-  Result<ReqId> end_send(Request* r, ReqId id, Status s);
+  Status admit_send(uint64_t bytes);  // QoS's gate for a send that takes no request
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   // A receive's request (kRecv, or kRpcRecv with the function id as port),

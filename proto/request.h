@@ -26,6 +26,10 @@
 namespace lt::proto {
 
 using ReqId = uint64_t;
+/// An operation complete at its call (an eager send): it took no request
+/// slot, and waiting on or testing it returns OK at once, any number of
+/// times. Real ids are never 0: their generation is at least 1.
+inline constexpr ReqId kDoneReqId = 0;
 
 inline constexpr uint32_t kStFree = 0, kStPending = 1, kStClaimed = 2, kStDone = 3,
                           kStCancelled = 4;

@@ -78,8 +78,10 @@ Status Engine::wait_credits(uint32_t seen, Deadline d) {
 }
 
 Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
+  if (id == kDoneReqId) return Status::ok();
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
+  if (r->done()) return collect(r, res);  // a streaming receiver's usual case: no spin to count
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.
   uint64_t spin_until = 0, started = 0, last_now = 0;
@@ -119,6 +121,10 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   // A wait long enough to read the clock teaches the gauge how long waits
   // last here (one that slept included: spinning would have saved its wake-up).
   if (started != 0) wait_gauge_.note(now_ns() - started);
+  return collect(r, res);
+}
+
+Status Engine::collect(Request* r, Results* res) {
   Status s = r->status;
   if (res != nullptr) {
     res->alloc = r->alloc;
@@ -129,15 +135,14 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
 }
 
 Status Engine::test(ReqId id) {
+  if (id == kDoneReqId) return Status::ok();
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
   if (!r->done()) {
     progress();
     if (!r->done()) return Code::kNoResource;
   }
-  Status s = r->status;
-  release(r);
-  return s;
+  return collect(r, nullptr);
 }
 
 Status Engine::wait_or_cancel(ReqId id, Deadline d, Results* res) {

@@ -1,9 +1,13 @@
 #include "proto/request_table.h"
 
+#include <algorithm>
+
 namespace lt::proto {
 
 RequestTable::RequestTable(uint32_t max_requests) {
-  uint32_t n = std::max<uint32_t>(kChunk, max_requests);
+  // At most 2^30 slots: an id's index never has bit 31 set, which callers
+  // may use to tell ids from other values.
+  uint32_t n = std::clamp<uint32_t>(max_requests, kChunk, 1u << 30);
   max_ = (n + kChunk - 1) / kChunk * kChunk;
   chunks_.reset(new std::unique_ptr<Request[]>[max_ / kChunk]);
 }

@@ -20,9 +20,11 @@ Status Engine::send_now(NodeId node, uint32_t port, const void* buf, size_t len)
   return r.is_ok() ? Status::ok() : r.status();
 }
 
-// no_request: the caller blocks anyway (LT_send), so an eager or staged
-// message, complete once posted, needs no request slot (ReqId 0); a message
-// that must be pulled gives kUnsupported with nothing taken.
+// An eager or staged message is complete once posted: it takes no request
+// slot and returns kDoneReqId, so a stream of async sends costs no slot,
+// completion or wait per message (ucp_tag_send_nbx returns no request for
+// the same reason). no_request: the caller blocks anyway (LT_send); a
+// message that must be pulled then gives kUnsupported with nothing taken.
 Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, size_t len,
                                 bool no_request) {
   LT_RETURN_IF_ERROR(usable());
@@ -42,9 +44,9 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   // the receiver's store of unexpected messages stays bounded.
   if (!credits_.take_msg(node)) return Code::kNoResource;
   MsgCreditGuard credit(credits_, node);
-  if (via == nullptr) return send_to_self(port, buf, len, no_request, credit);
+  if (via == nullptr) return send_to_self(port, buf, len, credit);
   const transport::Caps& caps = via->caps();
-  if (len <= caps.eager_max) return send_eager(node, ep.get(), port, buf, len, no_request, credit);
+  if (len <= caps.eager_max) return send_eager(node, ep.get(), port, buf, len, credit);
   // Staged when the transport reads natively but cannot place (no
   // cross-memory attach): placement is one copy and needs no stage, so it
   // goes by the pull below. The stage's key is the memory transport's, so
@@ -54,86 +56,64 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   if (caps.one_sided && !caps.placement && via == transports_.memory()) {
     uint64_t off = 0;
     if (stage_.alloc(node, len, &off) || (progress(), stage_.alloc(node, len, &off))) {
-      return send_staged(node, ep.get(), port, buf, len, off, no_request, credit);
+      return send_staged(node, ep.get(), port, buf, len, off, credit);
     }
   }
   if (no_request) return Code::kUnsupported;  // goes by the pull: the caller uses send_async
   return send_rndv(node, port, buf, len, credit);
 }
 
-Result<Request*> Engine::send_request_slot(bool no_request, ReqId* id, uint64_t bytes) {
-  *id = 0;
-  if (no_request) {
-    // A blocking send with nothing to wait for: with QoS on it still passes
-    // its class's gate (paced and counted; no RTT sample).
-    if (sched_.enabled()) {
-      qos::Ticket t;
-      LT_RETURN_IF_ERROR(sched_.admit(bytes, default_deadline(), &t));
-      sched_.retire(t);
-    }
-    return static_cast<Request*>(nullptr);
-  }
-  return alloc_request(ReqKind::kPlain, 0, id, bytes);
-}
-
-Result<ReqId> Engine::end_send(Request* r, ReqId id, Status s) {
-  if (r == nullptr) return s.is_ok() ? Result<ReqId>(ReqId{0}) : Result<ReqId>(s);
-  r->set_claimed();
-  if (!s.is_ok()) {
-    release(r);
-    return s;
-  }
-  finish(r, Status::ok());
-  return id;
+// A message complete at its post has nothing to wait for, so it takes no
+// request slot. With QoS on it still passes its class's gate (paced and
+// counted; no RTT sample: a post's own duration says nothing of the path).
+Status Engine::admit_send(uint64_t bytes) {
+  if (!sched_.enabled()) return Status::ok();
+  qos::Ticket t;
+  LT_RETURN_IF_ERROR(sched_.admit(bytes, default_deadline(), &t));
+  sched_.retire(t);
+  return Status::ok();
 }
 
 // To this node: delivered here, whatever the size (one copy).
-Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len, bool no_request,
+Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len,
                                    MsgCreditGuard& credit) {
-  ReqId id = 0;  // the request comes first: once the message is out, the call succeeds
-  auto r = send_request_slot(no_request, &id, len);
-  if (!r) return r.status();
+  LT_RETURN_IF_ERROR(admit_send(len));  // first: once the message is out, the call succeeds
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
   std::vector<std::byte> msg(sizeof(m) + len);
   std::memcpy(msg.data(), &m, sizeof(m));
   if (len) std::memcpy(msg.data() + sizeof(m), buf, len);
   serve_msg(self(), m.h, msg);
   credit.sent();
-  return end_send(*r, id, Status::ok());
+  return kDoneReqId;
 }
 
 Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, uint32_t port,
-                                 const void* buf, size_t len, bool no_request,
-                                 MsgCreditGuard& credit) {
-  ReqId id = 0;
-  auto r = send_request_slot(no_request, &id, len);
-  if (!r) return r.status();
+                                 const void* buf, size_t len, MsgCreditGuard& credit) {
+  LT_RETURN_IF_ERROR(admit_send(len));
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
-  Status s = send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false);
-  if (s.is_ok()) credit.sent();
-  return end_send(*r, id, s);
+  LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false));
+  credit.sent();
+  return kDoneReqId;
 }
 
 // Copied into the stage and complete now; the receiver reads the copy
 // natively and frees it with MsgStaged.
 Result<ReqId> Engine::send_staged(NodeId node, transport::Endpoint* ep, uint32_t port,
-                                  const void* buf, size_t len, uint64_t stage_off, bool no_request,
+                                  const void* buf, size_t len, uint64_t stage_off,
                                   MsgCreditGuard& credit) {
-  ReqId id = 0;
-  auto r = send_request_slot(no_request, &id, len);
-  if (!r) {
+  if (Status s = admit_send(len); !s.is_ok()) {
     stage_.free(node, stage_off);
-    return r.status();
+    return s;
   }
   std::memcpy(stage_.base() + stage_off, buf, len);
   MsgRts m{make_header(MsgOp::kMsgRts, 0), port, credit.take_owed(), len, stage_.rkey(), stage_off};
   Status s = send_on(node, ep, &m, sizeof(m), nullptr, 0, default_deadline(), false);
-  if (s.is_ok()) {
-    credit.sent();
-  } else {
+  if (!s.is_ok()) {
     stage_.free(node, stage_off);
+    return s;
   }
-  return end_send(*r, id, s);
+  credit.sent();
+  return kDoneReqId;
 }
 
 // Rendezvous: the request waits for the receiver's pull (rndv.cc), and the

@@ -55,7 +55,12 @@ enum { LT_READ = 1, LT_WRITE = 2, LT_ATOMIC = 4, LT_RW = LT_READ | LT_WRITE };
 typedef struct lt_engine lt_engine_t; /* one per process (or per tenant) */
 typedef uint64_t lt_lmr_t;            /* a handle on a local or remote memory region */
 typedef uint64_t lt_req_t;            /* an operation in flight */
-typedef uint32_t lt_node_t;           /* node id given by ltier-manager; never 0 */
+/* The request of an operation complete at its call (an eager LT_send_async:
+ * its buffer is free, and nothing is left to wait for). LT_wait, LT_test and
+ * LT_cancel return 0 for it at once, any number of times. No operation in
+ * flight ever has this value. */
+#define LT_REQ_DONE ((lt_req_t)0)
+typedef uint32_t lt_node_t; /* node id given by ltier-manager; never 0 */
 
 /* Options for LT_join; NULL fields and a NULL pointer mean "config file or
  * default". Precedence: defaults < config file < LTIER_* environment < these. */
@@ -178,7 +183,9 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
  * LT_send returns when buf may be reused. -LT_ERR_INVAL above
  * tcp.max_msg_bytes. */
 int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len);
-/* buf must stay valid until the request completes (rendezvous). */
+/* buf must stay valid until the request completes (rendezvous). A message
+ * sent eagerly (engine.eager_max and below) is complete at the call: *req is
+ * then LT_REQ_DONE. */
 int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len,
                   lt_req_t* req);
 /* Receives the next message on `port` from any node, waiting up to
@@ -342,6 +349,7 @@ typedef struct lt_stats {
 } lt_stats_t;
 /* This node's counters and what its transports hold now. -LT_ERR_INVAL. */
 int LT_stats(lt_engine_t* e, lt_stats_t* out);
+
 /* "HOST:PORT" where this engine serves Prometheus metrics (metrics.listen,
  * with the port the system chose for :0). -LT_ERR_UNSUPPORTED when it serves
  * none; -LT_ERR_TRUNCATED when cap is too small. */
