@@ -36,6 +36,34 @@ void add(MetricFamily* f, std::vector<ClientMetric::Label> labels, double v) {
   f->metric.push_back(std::move(m));
 }
 
+// Operations and bytes per live peer and transport, each way: "tx" for work
+// requests this node posted to the peer, "rx" for messages it took in.
+void add_peer_traffic(const std::string& node,
+                      const std::vector<std::pair<std::string, transport::TransportStats>>& names,
+                      const std::vector<proto::PeerTraffic>& traffic,
+                      std::vector<MetricFamily>* out) {
+  auto ops = family("ltier_peer_ops_total",
+                    "operations with a peer: work requests posted (tx), messages taken in (rx)",
+                    MetricType::Counter);
+  auto bytes = family("ltier_peer_bytes_total", "bytes of those operations, headers included",
+                      MetricType::Counter);
+  for (const auto& t : traffic) {
+    if (t.transport >= names.size()) continue;
+    std::vector<ClientMetric::Label> l = {{"node", node},
+                                          {"peer", std::to_string(t.node)},
+                                          {"transport", names[t.transport].first},
+                                          {"direction", "tx"}};
+    add(&ops, l, static_cast<double>(t.tx_ops));
+    add(&bytes, l, static_cast<double>(t.tx_bytes));
+    l.back().value = "rx";
+    add(&ops, l, static_cast<double>(t.rx_ops));
+    add(&bytes, l, static_cast<double>(t.rx_bytes));
+  }
+  if (ops.metric.empty()) return;
+  out->push_back(std::move(ops));
+  out->push_back(std::move(bytes));
+}
+
 // Reads the engine at each scrape (the exposer's thread).
 class EngineCollector final : public prometheus::Collectable {
  public:
@@ -88,7 +116,10 @@ class EngineCollector final : public prometheus::Collectable {
     out.push_back(std::move(quota));
     auto posted =
         family("ltier_posted_total", "work requests posted to transports", MetricType::Counter);
-    add(&posted, {{"node", node}, {"tenant", tenant}}, static_cast<double>(ss.posted));
+    const std::vector<proto::PeerTraffic> traffic = e_.peer_traffic();
+    uint64_t n_posted = 0;
+    for (const auto& t : traffic) n_posted += t.tx_ops;
+    add(&posted, {{"node", node}, {"tenant", tenant}}, static_cast<double>(n_posted));
     out.push_back(std::move(posted));
     const proto::EngineStats es = e_.stats();
     auto served = family("ltier_served_total", "requests from peers this node's CPU served",
@@ -97,10 +128,12 @@ class EngineCollector final : public prometheus::Collectable {
     out.push_back(std::move(served));
     auto conns = family("ltier_transport_connections", "live connections to peers, by transport",
                         MetricType::Gauge);
-    for (const auto& [name, t] : e_.transport_stats()) {
+    const auto transports = e_.transport_stats();
+    for (const auto& [name, t] : transports) {
       add(&conns, {{"node", node}, {"transport", name}}, static_cast<double>(t.connections));
     }
     out.push_back(std::move(conns));
+    add_peer_traffic(node, transports, traffic, &out);
     return out;
   }
 

@@ -1,5 +1,6 @@
 // LT_stats: the engine's counters and what each transport holds, for tools
-// (ltier-node's stats command) and tests that check resource use.
+// (ltier-node's stats command) and tests that check resource use;
+// LT_peer_stats: traffic per peer and transport.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -13,6 +14,28 @@ int LT_metrics_address(const lt_engine_t* e, char* buf, size_t cap) {
   const std::string a = e->metrics->address();
   if (a.size() + 1 > cap) return -LT_ERR_TRUNCATED;
   std::memcpy(buf, a.c_str(), a.size() + 1);
+  return 0;
+}
+
+int LT_peer_stats(lt_engine_t* e, lt_peer_stats_t* out, size_t cap, size_t* n) {
+  if (e == nullptr || n == nullptr || (out == nullptr && cap != 0)) return -LT_ERR_INVAL;
+  const auto names = e->core.transport_stats();
+  size_t k = 0;
+  for (const lt::proto::PeerTraffic& t : e->core.peer_traffic()) {
+    if (t.transport >= names.size()) continue;
+    if (k < cap) {
+      lt_peer_stats_t& o = out[k];
+      std::memset(&o, 0, sizeof(o));
+      o.node = t.node;
+      std::snprintf(o.transport, sizeof(o.transport), "%s", names[t.transport].first.c_str());
+      o.tx_ops = t.tx_ops;
+      o.tx_bytes = t.tx_bytes;
+      o.rx_ops = t.rx_ops;
+      o.rx_bytes = t.rx_bytes;
+    }
+    ++k;
+  }
+  *n = k;
   return 0;
 }
 

@@ -259,6 +259,19 @@ EngineStats Engine::stats() const {
           ring_replies_.load()};
 }
 
+std::vector<PeerTraffic> Engine::peer_traffic() const {
+  std::vector<PeerTraffic> all = traffic_.snapshot();
+  // A node gone from its slot may still have counts in some thread's block.
+  std::erase_if(all, [&](const PeerTraffic& t) { return !peers_.owns(t.node); });
+  return all;
+}
+
+uint64_t Engine::posted() const {
+  uint64_t n = 0;
+  for (const PeerTraffic& t : traffic_.snapshot()) n += t.tx_ops;
+  return n;
+}
+
 std::vector<std::pair<std::string, transport::TransportStats>> Engine::transport_stats() const {
   std::vector<std::pair<std::string, transport::TransportStats>> out;
   for (const auto& t : transports_.all()) out.emplace_back(t->name(), t->stats());

@@ -38,6 +38,7 @@
 #include "proto/rpc/registry.h"
 #include "proto/rpc/rpc_ring.h"
 #include "proto/rpc/workers.h"
+#include "proto/traffic.h"
 #include "proto/transport_set.h"
 #include "qos/scheduler.h"
 #include "transport/transport.h"
@@ -238,6 +239,10 @@ class Engine {
   /// Each transport's name and what it holds now (LT_stats).
   std::vector<std::pair<std::string, transport::TransportStats>> transport_stats() const;
   const qos::Scheduler& scheduler() const { return sched_; }
+  /// Traffic with each live peer, per transport (PeerTraffic::transport is
+  /// the index in transport_stats()); work requests posted, all peers.
+  std::vector<PeerTraffic> peer_traffic() const;
+  uint64_t posted() const;
 
  private:
   struct Results {
@@ -319,6 +324,7 @@ class Engine {
                       size_t dlen, bool more = false);
   void drop_unsent(Request* r);
   Status post_one(NodeId p, transport::Endpoint* ep, const transport::WorkRequest& wr, Deadline d);
+  void count_tx(NodeId p, std::span<const transport::WorkRequest> wrs);  // traffic_
   void reply_status(NodeId to, uint64_t req_id, Status s);
 
   // ---- progress.cc: polling, the progress thread
@@ -441,6 +447,7 @@ class Engine {
   SpinGauge wait_gauge_, serve_gauge_;
   static constexpr uint64_t kMaxLearnedSpinNs = 500000;
   qos::Scheduler sched_;
+  Traffic traffic_;  // per peer and transport, counted by each thread in its own block
   std::unique_ptr<Membership> membership_;  // ltier-manager's today (make_membership)
   MemberEvents events_;
   TransportSet transports_;  // set at join, then read-only

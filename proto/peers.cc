@@ -181,7 +181,10 @@ Status Engine::post_one(NodeId p, transport::Endpoint* ep, const WorkRequest& wr
       if (r.status().code() == Code::kPeerDown) peers_.retire(p);
       return r.status();
     }
-    if (*r == 1) return Status::ok();
+    if (*r == 1) {
+      count_tx(p, std::span<const WorkRequest>(&wr, 1));
+      return Status::ok();
+    }
     if (d.expired()) return Code::kTimedOut;
     if (!progress()) cpu_relax();
   }
@@ -208,6 +211,14 @@ void Engine::drop_unsent(Request* r) {
     while (!r->done()) cpu_relax();
   }
   release(r);
+}
+
+void Engine::count_tx(NodeId p, std::span<const WorkRequest> wrs) {
+  uint64_t bytes = 0;
+  for (const WorkRequest& wr : wrs) {
+    for (int i = 0; i < wr.num_sge; ++i) bytes += wr.sge[i].len;
+  }
+  traffic_.tx(p, transports_.index_of(peers_.via(p)), wrs.size(), bytes);
 }
 
 void Engine::reply_status(NodeId to, uint64_t req_id, Status s) {

@@ -209,7 +209,9 @@ bool Engine::progress(const std::atomic<uint64_t>* watch) {
     uint64_t pass_end = 0;  // read the clock only after two batches with work
     const bool on_progress_thread =
         std::this_thread::get_id() == progress_tid_.load(std::memory_order_acquire);
-    for (auto& t : transports_.all()) {
+    const auto all = transports_.all();
+    for (uint32_t ti = 0; ti < all.size(); ++ti) {  // ti: t's index, for the traffic counts
+      const auto& t = all[ti];
       for (int batches = 0; batches < kMaxBatchesPerPass; ++batches) {
         if (batches > 1) {  // one message per batch (a ping-pong) reads no clock
           uint64_t now = now_ns();
@@ -221,6 +223,7 @@ bool Engine::progress(const std::atomic<uint64_t>* watch) {
         did = true;
         for (size_t i = 0; i < n; ++i) {
           more_in_batch_ = i + 1 < n;
+          if (cq_[i].kind == transport::CqKind::kRecv) traffic_.rx(cq_[i].peer, ti, cq_[i].len);
           handle(cq_[i]);
           // A batch of big copies (staged 1 MiB messages, say) can take long,
           // much longer under sanitizers: keep the heartbeats going.

@@ -26,6 +26,12 @@ class TransportSet {
 
   /// Best rank first.
   std::span<const std::unique_ptr<transport::Transport>> all() const { return list_; }
+  /// `t`'s position in all(); all().size() for null or a stranger.
+  uint32_t index_of(const transport::Transport* t) const {
+    uint32_t i = 0;
+    while (i < list_.size() && list_[i].get() != t) ++i;
+    return i;
+  }
   bool empty() const { return list_.empty(); }
   /// This engine's addresses, published in the membership record.
   std::vector<transport::PeerAddress> addresses() const;

@@ -34,8 +34,9 @@
 
 namespace lt::qos {
 
+// Work requests posted are counted per peer by proto (Traffic), per thread:
+// a shared counter here cost a locked add on a shared line per post.
 struct SchedulerStats {
-  uint64_t posted = 0;
   uint64_t backpressured = 0;
   uint64_t quota_refused = 0;
 };
@@ -158,15 +159,12 @@ class Scheduler {
   /// Posts to `ep`; a short count is back-pressure (counted, never logged).
   Result<size_t> post(transport::Endpoint& ep, std::span<const transport::WorkRequest> wrs) {
     auto r = ep.post(wrs);
-    if (r.is_ok()) {
-      posted_.fetch_add(*r, std::memory_order_relaxed);
-      if (*r < wrs.size()) backpressured_.fetch_add(1, std::memory_order_relaxed);
-    }
+    if (r.is_ok() && *r < wrs.size()) backpressured_.fetch_add(1, std::memory_order_relaxed);
     return r;
   }
 
   SchedulerStats stats() const {
-    return {posted_.load(std::memory_order_relaxed), backpressured_.load(std::memory_order_relaxed),
+    return {backpressured_.load(std::memory_order_relaxed),
             quota_refused_.load(std::memory_order_relaxed)};
   }
   /// The classes the tenant may use, in priority order.
@@ -212,7 +210,7 @@ class Scheduler {
   std::atomic<uint32_t> in_flight_{0};
   std::atomic<uint64_t> lmr_bytes_{0};
   std::atomic<uint32_t> lmrs_{0};
-  std::atomic<uint64_t> posted_{0}, backpressured_{0}, quota_refused_{0};
+  std::atomic<uint64_t> backpressured_{0}, quota_refused_{0};
 };
 
 }  // namespace lt::qos

@@ -1,6 +1,6 @@
-// ltier-info --stats HOST:PORT: a running engine's live QoS and transport
-// figures, read from its metrics endpoint (metrics.listen) and shown as a
-// table, once or every --interval-ms.
+// ltier-info --stats HOST:PORT: a running engine's live QoS, transport and
+// per-peer figures, read from its metrics endpoint (metrics.listen) and shown
+// as tables, once or every --interval-ms.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -94,12 +94,16 @@ bool parse_line(const std::string& line, Sample* s) {
 void show(const std::string& text) {
   std::map<std::string, std::map<std::string, double>> classes;  // "tenant/class" -> field
   std::map<std::string, double> node, transports;
+  std::map<std::string, std::map<std::string, double>> peers;  // "peer transport" -> field
   std::istringstream in(text);
   std::string line;
   Sample s;
   while (std::getline(in, line)) {
     if (!parse_line(line, &s) || s.name.rfind("ltier_", 0) != 0) continue;
-    if (s.labels.count("class")) {
+    if (s.labels.count("peer")) {
+      const std::string key = s.labels["peer"] + " " + s.labels["transport"];
+      peers[key][s.name + "_" + s.labels["direction"]] = s.value;
+    } else if (s.labels.count("class")) {
       std::string key = s.labels["tenant"] + "/" + s.labels["class"];
       std::string field = s.name;
       if (s.labels.count("quantile")) field += s.labels["quantile"];
@@ -131,6 +135,16 @@ void show(const std::string& text) {
          node["ltier_quota_refused_total"], node["ltier_posted_total"], node["ltier_served_total"]);
   for (auto& [t, n] : transports) printf(" %s %.0f", t.c_str(), n);
   printf("\n");
+  if (!peers.empty()) {
+    printf("%-8s %-9s %12s %14s %12s %14s\n", "peer", "transport", "tx_ops", "tx_bytes", "rx_ops",
+           "rx_bytes");
+  }
+  for (auto& [k, f] : peers) {
+    const size_t sp = k.find(' ');
+    printf("%-8s %-9s %12.0f %14.0f %12.0f %14.0f\n", k.substr(0, sp).c_str(),
+           k.substr(sp + 1).c_str(), f["ltier_peer_ops_total_tx"], f["ltier_peer_bytes_total_tx"],
+           f["ltier_peer_ops_total_rx"], f["ltier_peer_bytes_total_rx"]);
+  }
   fflush(stdout);
 }
 

@@ -45,6 +45,10 @@ constexpr Command kCommands[] = {
      "NAME:conns=N,qps=N,spare=N,regs=N ... (LT_stats, one "
      "NAME: per transport)",
      cmd_stats},
+    {"peers",
+     "-> ok NODE:TRANSPORT:tx=N/BYTES,rx=N/BYTES ... (LT_peer_stats, by node; a first call "
+     "with too little room is retried)",
+     cmd_peers},
     {"address", "-> ok HOST:PORT (this node's tcp transport)", cmd_address},
     {"class", "NAME -> ok (LT_set_class for the command thread; '-': back to the process's)",
      cmd_class},

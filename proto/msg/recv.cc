@@ -114,6 +114,7 @@ void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey
       wr.remote = {off, rkey};
       auto p = ep->post(std::span<const WorkRequest>(&wr, 1));
       s = !p ? p.status() : *p == 1 ? Status::ok() : Status(Code::kNoResource);
+      if (s.is_ok()) count_tx(from, std::span<const WorkRequest>(&wr, 1));
     }
   }
   finish(r, s);

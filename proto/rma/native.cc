@@ -84,6 +84,7 @@ Status Engine::post_checked(NodeId owner, transport::Endpoint* ep,
     if (r.status().code() == Code::kPeerDown) peers_.retire(owner);
     return r.status().code() == Code::kOutOfBounds ? Code::kBadHandle : r.status();
   }
+  count_tx(owner, wrs.first(*r));
   return *r == wrs.size() ? Status::ok() : Status(Code::kNoResource);  // never queued; not expected
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "cluster.h"
@@ -225,6 +226,17 @@ TEST(Qos, MetricsAreServedOverHttp) {
   EXPECT_NE(m.find("ltier_class_rtt_seconds{"), std::string::npos);
   EXPECT_NE(m.find("ltier_quota_refused_total{"), std::string::npos);
   EXPECT_NE(m.find("ltier_transport_connections{"), std::string::npos);
+  // Traffic with the peer: 11 writes (and the allocation) posted by kv.
+  double tx_ops = -1;
+  std::istringstream lines(m);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("ltier_peer_ops_total{node=\"" + id_of(kv) + "\",peer=\"" + id_of(plain), 0) == 0 &&
+        l.find("direction=\"tx\"") != std::string::npos) {
+      tx_ops = std::stod(l.substr(l.rfind(' ') + 1));
+    }
+  }
+  EXPECT_GE(tx_ops, 11) << m;
+  EXPECT_GE(sample(m, "ltier_posted_total{"), 11) << m;
   // ltier-info --stats shows the same as a table.
   FILE* p = popen((Cluster::bin("ltier-info") + " --stats " + addr).c_str(), "r");
   ASSERT_NE(p, nullptr);
@@ -234,6 +246,7 @@ TEST(Qos, MetricsAreServedOverHttp) {
   EXPECT_EQ(pclose(p), 0);
   EXPECT_NE(table.find("kv/latency"), std::string::npos) << table;
   EXPECT_NE(table.find("kv/bulk"), std::string::npos) << table;
+  EXPECT_NE(table.find("\n" + id_of(plain) + " "), std::string::npos) << table;
   // A metrics address that cannot be served refuses the join.
   std::string line;
   EXPECT_EQ(c.add_node({"LTIER_METRICS_LISTEN=" + addr}, {}, &line), nullptr);  // taken

@@ -59,6 +59,13 @@ def test_membership_and_info(eng, peer):
     assert ":" in eng.address
     st = eng.stats()
     assert {"served", "malformed", "transports"} <= set(st)
+    with eng.malloc(peer.node, 4096, ltier.ALL) as lmr:
+        for _ in range(3):
+            lmr.write(0, b"x" * 1000)
+    mine = [p for p in eng.peer_stats() if p["node"] == peer.node]
+    assert len(mine) == 1 and mine[0]["transport"] == name
+    assert mine[0]["tx_ops"] >= 4 and mine[0]["tx_bytes"] >= 3000
+    assert mine[0]["rx_ops"] >= 1  # the allocation's answer
     assert eng.metrics_address is None
     with pytest.raises(ltier.UnsupportedError):
         eng.class_stats()

@@ -37,6 +37,24 @@ std::string cmd_stats(lt_engine_t* e, Args&) {
   return s;
 }
 
+std::string cmd_peers(lt_engine_t* e, Args&) {
+  std::vector<lt_peer_stats_t> ps(1);  // too small on purpose when there are several: *n says
+  size_t n = 0;
+  if (int rc = LT_peer_stats(e, ps.data(), ps.size(), &n); rc != 0) return err(rc);
+  if (n > ps.size()) {
+    ps.resize(n + 8);  // peers may come meanwhile; what does not fit is left out
+    if (int rc = LT_peer_stats(e, ps.data(), ps.size(), &n); rc != 0) return err(rc);
+  }
+  std::string s = "ok";
+  for (size_t i = 0; i < n && i < ps.size(); ++i) {
+    const lt_peer_stats_t& p = ps[i];
+    s += " " + std::to_string(p.node) + ":" + p.transport + ":tx=" + std::to_string(p.tx_ops) +
+         "/" + std::to_string(p.tx_bytes) + ",rx=" + std::to_string(p.rx_ops) + "/" +
+         std::to_string(p.rx_bytes);
+  }
+  return s;
+}
+
 std::string cmd_nodes(lt_engine_t* e, Args&) {
   lt_node_t ids[1024];
   size_t n = 0;

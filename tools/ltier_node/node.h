@@ -151,6 +151,7 @@ std::string cmd_id(lt_engine_t* e, Args& a);
 std::string cmd_address(lt_engine_t* e, Args& a);
 std::string cmd_transport(lt_engine_t* e, Args& a);
 std::string cmd_stats(lt_engine_t* e, Args& a);
+std::string cmd_peers(lt_engine_t* e, Args& a);
 std::string cmd_nodes(lt_engine_t* e, Args& a);
 std::string cmd_node_info(lt_engine_t* e, Args& a);
 std::string cmd_event(lt_engine_t* e, Args& a);

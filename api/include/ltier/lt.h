@@ -350,6 +350,22 @@ typedef struct lt_stats {
 /* This node's counters and what its transports hold now. -LT_ERR_INVAL. */
 int LT_stats(lt_engine_t* e, lt_stats_t* out);
 
+typedef struct lt_peer_stats {
+  lt_node_t node;
+  char transport[8];         /* "shm", "rc", "ud", "tcp" */
+  uint64_t tx_ops, tx_bytes; /* work requests this node posted to the peer: messages, RPC
+                                calls and replies, one-sided ops, protocol messages; their
+                                bytes, headers included */
+  uint64_t rx_ops, rx_bytes; /* messages from the peer this node took in. Peers' native
+                                one-sided ops on this node's memory (shm, rc) involve no
+                                thread here and are not seen */
+} lt_peer_stats_t;
+/* Traffic with each live peer since this engine joined, per transport: up to
+ * `cap` entries into out, by node, and the number there is into *n (above
+ * cap: call again with room for *n). Counted per thread, with no locked
+ * instruction; a read while traffic flows may miss the latest operations.
+ * -LT_ERR_INVAL. */
+int LT_peer_stats(lt_engine_t* e, lt_peer_stats_t* out, size_t cap, size_t* n);
 /* "HOST:PORT" where this engine serves Prometheus metrics (metrics.listen,
  * with the port the system chose for :0). -LT_ERR_UNSUPPORTED when it serves
  * none; -LT_ERR_TRUNCATED when cap is too small. */

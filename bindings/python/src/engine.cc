@@ -135,6 +135,29 @@ py::dict stats(EngineState& s) {
   return d;
 }
 
+py::list peer_stats(EngineState& s) {
+  std::vector<lt_peer_stats_t> ps(64);
+  size_t n = 0;
+  for (;;) {
+    call(s, "peer_stats",
+         [&](lt_engine_t* e) { return LT_peer_stats(e, ps.data(), ps.size(), &n); });
+    if (n <= ps.size()) break;
+    ps.resize(n);  // more peers than room: again, with room for them
+  }
+  py::list out;
+  for (size_t i = 0; i < n; ++i) {
+    py::dict d;
+    d["node"] = ps[i].node;
+    d["transport"] = std::string(ps[i].transport);
+    d["tx_ops"] = ps[i].tx_ops;
+    d["tx_bytes"] = ps[i].tx_bytes;
+    d["rx_ops"] = ps[i].rx_ops;
+    d["rx_bytes"] = ps[i].rx_bytes;
+    out.append(d);
+  }
+  return out;
+}
+
 py::list class_stats(EngineState& s) {
   lt_class_stats_t cs[32];
   size_t n = 0;
@@ -267,6 +290,9 @@ address this node's tcp transport binds.)");
           },
           py::arg("node"), "(transport, why): 'shm', 'rc', 'tcp' or 'self', and the reason.")
       .def("stats", &stats, "This node's counters and what each transport holds now.")
+      .def("peer_stats", &peer_stats,
+           "Traffic with each live peer, per transport: dicts of node, transport, tx_ops, "
+           "tx_bytes, rx_ops, rx_bytes.")
       .def(
           "lock",
           [](const EnginePtr& s, const std::string& name, const py::object& timeout) {
