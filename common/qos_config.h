@@ -34,6 +34,8 @@ struct QosTenant {
   uint32_t max_ops_in_flight = 0;    // 0: qos.max_outstanding_ops
   uint64_t max_lmr_bytes = 0;        // LMR memory it may own; 0: no limit
   uint32_t max_lmrs = 0;             // LMRs it may own; 0: no limit
+  uint32_t max_msg_credits = 0;      // messages unconsumed at all receivers; 0: no limit
+  uint32_t max_rpc_credits = 0;      // calls outstanding at all servers; 0: no limit
   int line = 0;
 };
 

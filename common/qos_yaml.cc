@@ -145,10 +145,15 @@ Status read_tenant(const YAML::Node& e, const std::string& path, QosTenant* t, s
       LT_RETURN_IF_ERROR(read_size(key, v, &t->max_lmr_bytes, error));
     } else if (k == "max_lmrs") {
       LT_RETURN_IF_ERROR(read_u32(key, v, &t->max_lmrs, error));
+    } else if (k == "max_msg_credits") {
+      LT_RETURN_IF_ERROR(read_u32(key, v, &t->max_msg_credits, error));
+    } else if (k == "max_rpc_credits") {
+      LT_RETURN_IF_ERROR(read_u32(key, v, &t->max_rpc_credits, error));
     } else {
       return fail(error, where(key, kv.first) +
                              ": unknown tenant key (name, classes, default_class, "
-                             "max_ops_in_flight, max_lmr_bytes, max_lmrs)");
+                             "max_ops_in_flight, max_lmr_bytes, max_lmrs, max_msg_credits, "
+                             "max_rpc_credits)");
     }
   }
   if (t->name.empty()) return fail(error, where(path, e) + ": a tenant needs a name");

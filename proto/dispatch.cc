@@ -104,7 +104,7 @@ void Engine::complete(NodeId from, const MsgHeader& h, std::span<const std::byte
   if (op == MsgOp::kRpcReply) credits_.return_rpc(from);
   const bool msg_data = op == MsgOp::kMsgData || op == MsgOp::kMsgPlaced;
   // The message is consumed here even if its receive was cancelled.
-  if (msg_data) credit_consumed(from);
+  if (msg_data) credit_consumed(from, (h.flags & kFlagCreditNow) != 0);
   Request* r = claim_for_reply(from, h, msg_data);
   if (r == nullptr) return;
   Status s = static_cast<Code>(h.status);

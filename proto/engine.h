@@ -419,7 +419,8 @@ class Engine {
                                    size_t* len, ReqId* id);
   void match_recv(Request* req, ReqId id);
   void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
-  void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off);
+  void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off,
+                      bool credit_now);
   /// Sets a receive's length and source, then copies `data` in or fails it
   /// with kTruncated: the status to finish it with.
   static Status fill_recv(Request* r, NodeId from, std::span<const std::byte> data,
@@ -437,7 +438,7 @@ class Engine {
   // A message consumed here: counted (Credits::count_consumed under the
   // port table's lock), and the credits go back piggybacked or in a
   // MsgCredit (send_credit).
-  void credit_consumed(NodeId from);
+  void credit_consumed(NodeId from, bool credit_now);  // credit_now: kFlagCreditNow
   void send_credit(NodeId to);
 
   Config config_;

@@ -46,7 +46,7 @@ inline constexpr uint32_t kAllRights = 15;
 struct MsgHeader {
   uint8_t version;  // kProtoVersion
   uint8_t op;       // MsgOp
-  uint16_t flags;   // zero
+  uint16_t flags;   // kFlagCreditNow on a message (eager, RTS, data, placed), else zero
   int32_t status;   // replies: lt::Code; requests: zero
   uint64_t req_id;  // requester's request id, echoed by the reply
 };
@@ -216,6 +216,11 @@ inline T load(std::span<const std::byte> b) {
   std::memcpy(&v, b.data(), sizeof(T));
   return v;
 }
+
+/// The sender is past half its tenant's message-credit cap: the receiver
+/// returns the message's credit (and all it owes) as soon as it consumes it,
+/// not in a batch. Allowed on kMsgEager, kMsgRts, kMsgData and kMsgPlaced.
+inline constexpr uint16_t kFlagCreditNow = 1;
 
 inline MsgHeader make_header(MsgOp op, uint64_t req_id, Code status = Code::kOk) {
   return MsgHeader{kProtoVersion, static_cast<uint8_t>(op), 0, static_cast<int32_t>(status),

@@ -117,6 +117,8 @@ Status Scheduler::start(std::string* error) {
     if (t->max_ops_in_flight != 0) max_in_flight_ = t->max_ops_in_flight;
     max_lmr_bytes_ = t->max_lmr_bytes;
     max_lmrs_ = t->max_lmrs;
+    max_msg_credits_ = t->max_msg_credits;
+    max_rpc_credits_ = t->max_rpc_credits;
   } else {
     for (size_t i = 0; i < classes_.size(); ++i) allowed_.push_back(static_cast<uint8_t>(i));
   }

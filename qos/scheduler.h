@@ -155,6 +155,11 @@ class Scheduler {
   /// would pass max_lmr_bytes or max_lmrs. Pair with give_lmr().
   Status take_lmr(uint64_t bytes);
   void give_lmr(uint64_t bytes);
+  /// The tenant's quotas on message and RPC credits held at once, over all
+  /// peers (0: none). proto's Credits enforces them and reports refusals.
+  uint32_t msg_credit_quota() const { return max_msg_credits_; }
+  uint32_t rpc_credit_quota() const { return max_rpc_credits_; }
+  void count_quota_refusal() { quota_refused_.fetch_add(1, std::memory_order_relaxed); }
 
   /// Posts to `ep`; a short count is back-pressure (counted, never logged).
   Result<size_t> post(transport::Endpoint& ep, std::span<const transport::WorkRequest> wrs) {
@@ -201,6 +206,7 @@ class Scheduler {
   std::vector<uint8_t> allowed_;  // the tenant's classes (indexes into classes_)
   uint64_t max_lmr_bytes_ = 0;
   uint32_t max_lmrs_ = 0;
+  uint32_t max_msg_credits_ = 0, max_rpc_credits_ = 0;
   const uint64_t id_;  // tells this engine's thread classes from another's
   std::atomic<uint64_t> next_tick_{0};
   // The tick's own (one thread at a time, the winner of next_tick_'s CAS).

@@ -92,7 +92,9 @@ constexpr Command kCommands[] = {
     {"rpc", "NODE FUNC HEX [CAP] -> ok HEX (LT_RPC; CAP defaults to 1 MiB)", cmd_rpc},
     {"rpc_sizes", "NODE MAX -> ok COUNT (echo every size 0..MAX in steps, byte-checked)",
      cmd_rpc_sizes},
-    {"rpc_async", "NODE COUNT SIZE -> ok (COUNT async echo calls outstanding at once)",
+    {"rpc_async",
+     "NODE COUNT SIZE [FUNC] -> ok (COUNT async echo calls outstanding at once; FUNC 1, the "
+     "default, or 3, the slow echo)",
      cmd_rpc_async},
     {"rpc_timeout", "NODE MS -> ok|err (the slow function, waited MS then cancelled)",
      cmd_rpc_timeout},

@@ -5,11 +5,11 @@
 
 namespace lt::proto {
 
-void Engine::credit_consumed(NodeId from) {
+void Engine::credit_consumed(NodeId from, bool credit_now) {
   bool due;
   {
     std::lock_guard<SpinLock> g(client_.ports.mutex());
-    due = credits_.count_consumed(from, from == self());
+    due = credits_.count_consumed(from, from == self() || credit_now);
   }
   if (due) send_credit(from);
 }

@@ -8,6 +8,14 @@
 // a MsgCredit once a quarter of them are owed. RPC credits bound the calls
 // outstanding at one server (its ring for us); a reply returns one.
 //
+// A tenant may also cap the credits it holds over all peers together
+// (max_msg_credits, max_rpc_credits; set_quotas): a take beyond the cap is
+// refused with kQuota. Returned in batches, message credits could then stay
+// owed at receivers below a batch while the sender waits for them for ever;
+// so once a sender holds more than half its cap, its messages ask for their
+// credit at once (credit_now: the receiver returns what it owes as soon as it
+// consumes such a message). Without a cap none of this costs anything.
+//
 // Thread contract: every method is thread-safe except count_consumed() and
 // reset(), which callers serialize (the engine calls them under its port
 // table lock): `consumed` has that one writer, so counting a consumed
@@ -21,6 +29,7 @@
 
 #include "common/status.h"
 #include "common/time.h"
+#include "proto/msg.h"
 #include "proto/wait.h"
 #include "transport/transport.h"
 
@@ -42,22 +51,53 @@ class Credits {
         max_nodes_(max_nodes),
         peers_(new Peer[max_nodes]) {}
 
+  /// The tenant's caps on credits held over all peers (0: none). Set at
+  /// join, before any traffic.
+  void set_quotas(uint32_t msg, uint32_t rpc) {
+    msg_quota_ = static_cast<int32_t>(std::min<uint32_t>(msg, INT32_MAX));
+    rpc_quota_ = static_cast<int32_t>(std::min<uint32_t>(rpc, INT32_MAX));
+  }
+
   // ---- sender side
 
-  /// One message credit towards `node`; false (nothing taken) when they are
-  /// all in use. `node` is a valid id (checked by the caller).
-  bool take_msg(NodeId node) {
+  /// One message credit towards `node`: kOk, kNoResource (nothing taken)
+  /// when the peer's are all in use, kQuota when the tenant's cap is
+  /// reached. *credit_now: the message should ask for its credit at once
+  /// (more than half the cap is held). `node` is a valid id (checked by the
+  /// caller).
+  Code take_msg(NodeId node, bool* credit_now) {
+    *credit_now = false;
     Peer* p = at(node);
-    if (p == nullptr) return false;
+    if (p == nullptr) return Code::kNoResource;
+    if (msg_quota_ != 0) {
+      const int32_t held = msg_total_.fetch_add(1, std::memory_order_seq_cst) + 1;
+      if (held > msg_quota_) {
+        msg_total_.fetch_sub(1, std::memory_order_acq_rel);
+        return Code::kQuota;
+      }
+      *credit_now = held * 2 > msg_quota_;
+    }
     std::atomic<int32_t>& f = p->msg_in_flight;
-    if (f.fetch_add(1, std::memory_order_seq_cst) < msg_limit_) return true;
+    if (f.fetch_add(1, std::memory_order_seq_cst) < msg_limit_) return Code::kOk;
     f.fetch_sub(1, std::memory_order_acq_rel);
-    return false;
+    if (msg_quota_ != 0) msg_total_.fetch_sub(1, std::memory_order_acq_rel);
+    return Code::kNoResource;
   }
   /// Gives back a credit take_msg() took for a message that did not go.
   void untake_msg(NodeId node) {
-    if (Peer* p = at(node)) p->msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    if (Peer* p = at(node)) {
+      p->msg_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      if (msg_quota_ != 0) msg_total_.fetch_sub(1, std::memory_order_acq_rel);
+    }
   }
+  /// Whether this sender holds more than half its message cap (a message
+  /// sent now, rendezvous data included, asks for its credit at once).
+  bool msg_credit_now() const {
+    return msg_quota_ != 0 && msg_total_.load(std::memory_order_relaxed) * 2 > msg_quota_;
+  }
+  /// Credits held over all peers, counted only under a cap (else 0).
+  int32_t msg_held() const { return msg_total_.load(std::memory_order_acquire); }
+  int32_t rpc_held() const { return rpc_total_.load(std::memory_order_acquire); }
   /// Credits a receiver sent back. Never below zero: credits that arrive
   /// after a connection was lost and re-made must not mint extra ones.
   void apply_msg(NodeId from, uint32_t count) {
@@ -70,6 +110,7 @@ class Credits {
       // seq_cst with the watcher count read after it, against a caller's
       // Watch and then its credit take: one sees the other.
       if (f.compare_exchange_weak(v, next, std::memory_order_seq_cst)) {
+        if (msg_quota_ != 0) msg_total_.fetch_sub(v - next, std::memory_order_acq_rel);
         came_back();
         return;
       }
@@ -77,18 +118,30 @@ class Credits {
   }
 
   /// One call slot at server `node`: the number of calls that were already
-  /// outstanding there, or -1 (nothing taken) when all are in use.
+  /// outstanding there, or -1 (nothing taken) when all are in use, or
+  /// kRpcQuota when the tenant's cap on calls outstanding is reached.
+  static constexpr int32_t kRpcQuota = -2;
   int32_t take_rpc(NodeId node) {
     Peer* p = at(node);
     if (p == nullptr) return -1;
+    if (rpc_quota_ != 0) {
+      if (rpc_total_.fetch_add(1, std::memory_order_seq_cst) >= rpc_quota_) {
+        rpc_total_.fetch_sub(1, std::memory_order_acq_rel);
+        return kRpcQuota;
+      }
+    }
     std::atomic<int32_t>& c = p->rpc_in_flight;
     int32_t used = c.fetch_add(1, std::memory_order_seq_cst);
     if (used < rpc_limit_) return used;
     c.fetch_sub(1, std::memory_order_acq_rel);
+    if (rpc_quota_ != 0) rpc_total_.fetch_sub(1, std::memory_order_acq_rel);
     return -1;
   }
   void untake_rpc(NodeId node) {
-    if (Peer* p = at(node)) p->rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    if (Peer* p = at(node)) {
+      p->rpc_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      if (rpc_quota_ != 0) rpc_total_.fetch_sub(1, std::memory_order_acq_rel);
+    }
   }
   /// A reply freed a slot at `n` (or a call failed that will get none).
   /// Never below zero: a reply that arrives (on a new connection) for a
@@ -100,6 +153,7 @@ class Credits {
     int32_t v = c.load(std::memory_order_acquire);
     while (v > 0) {
       if (c.compare_exchange_weak(v, v - 1, std::memory_order_seq_cst)) {  // see apply_msg
+        if (rpc_quota_ != 0) rpc_total_.fetch_sub(1, std::memory_order_acq_rel);
         came_back();
         return;
       }
@@ -112,7 +166,8 @@ class Credits {
   /// a quarter of the credits are owed (a blocked sender has more than three
   /// quarters of its messages still unconsumed here, so batching never
   /// withholds the credit it waits for), or it came from this node
-  /// (`to_self`: back at once). Callers serialize.
+  /// (`to_self`: back at once; also for a message whose sender asked for
+  /// its credit at once, at its tenant's cap). Callers serialize.
   bool count_consumed(NodeId from, bool to_self) {
     Peer* pp = at(from);
     if (pp == nullptr) return false;
@@ -153,8 +208,7 @@ class Credits {
     Peer* pp = at(peer);
     if (pp == nullptr) return;
     Peer& p = *pp;
-    p.msg_in_flight.store(0, std::memory_order_seq_cst);
-    p.rpc_in_flight.store(0, std::memory_order_seq_cst);
+    forget_held(p);
     p.credited.store(p.consumed.load(std::memory_order_relaxed), std::memory_order_seq_cst);
   }
 
@@ -164,8 +218,7 @@ class Credits {
     if (node % max_nodes_ == 0) return;
     Peer& p = peers_[node % max_nodes_];
     p.id.store(0, std::memory_order_seq_cst);  // nobody's while it is cleared
-    p.msg_in_flight.store(0, std::memory_order_seq_cst);
-    p.rpc_in_flight.store(0, std::memory_order_seq_cst);
+    forget_held(p);
     p.consumed.store(0, std::memory_order_relaxed);
     p.credited.store(0, std::memory_order_seq_cst);
     p.id.store(node, std::memory_order_seq_cst);
@@ -233,7 +286,17 @@ class Credits {
     if (watchers_.load(std::memory_order_seq_cst) != 0) returned();
   }
 
+  // The peer's in-flight counts go to zero, and out of the tenant's totals.
+  void forget_held(Peer& p) {
+    const int32_t m = p.msg_in_flight.exchange(0, std::memory_order_seq_cst);
+    const int32_t r = p.rpc_in_flight.exchange(0, std::memory_order_seq_cst);
+    if (msg_quota_ != 0 && m > 0) msg_total_.fetch_sub(m, std::memory_order_acq_rel);
+    if (rpc_quota_ != 0 && r > 0) rpc_total_.fetch_sub(r, std::memory_order_acq_rel);
+  }
+
   const int32_t msg_limit_, rpc_limit_, batch_;
+  int32_t msg_quota_ = 0, rpc_quota_ = 0;             // set_quotas(); 0: no cap
+  std::atomic<int32_t> msg_total_{0}, rpc_total_{0};  // held over all peers, under a cap
   const NodeId max_nodes_;
   std::unique_ptr<Peer[]> peers_;
   std::atomic<uint32_t> seq_{0}, sleepers_{0}, watchers_{0};
@@ -244,8 +307,10 @@ class Credits {
 /// message went (sent()). Every way a send can fail unwinds through here.
 class MsgCreditGuard {
  public:
-  /// Takes nothing: the caller took the credit (Credits::take_msg).
-  MsgCreditGuard(Credits& c, NodeId node) : c_(c), node_(node) {}
+  /// Takes nothing: the caller took the credit (Credits::take_msg, which
+  /// said whether the message asks for it at once).
+  MsgCreditGuard(Credits& c, NodeId node, bool credit_now = false)
+      : c_(c), node_(node), credit_now_(credit_now) {}
   ~MsgCreditGuard() {
     if (sent_) return;
     c_.untake_msg(node_);
@@ -256,12 +321,19 @@ class MsgCreditGuard {
 
   /// The credits owed to the destination, to put in the message.
   uint32_t take_owed() { return owed_ = c_.take_owed(node_); }
+  /// The message's header, asking for its credit at once when it should.
+  MsgHeader header(MsgOp op, uint64_t req_id) const {
+    MsgHeader h = make_header(op, req_id);
+    if (credit_now_) h.flags |= kFlagCreditNow;
+    return h;
+  }
   /// The message is out: the credits stay with it.
   void sent() { sent_ = true; }
 
  private:
   Credits& c_;
   const NodeId node_;
+  const bool credit_now_;
   uint32_t owed_ = 0;
   bool sent_ = false;
 };

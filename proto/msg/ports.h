@@ -58,6 +58,7 @@ inline void erase_posted(std::deque<PostedRecv>& posted, ReqId id) {
 struct Unexpected {
   NodeId src = 0;
   bool rts = false;
+  bool credit_now = false;  // its sender asked for its credit at once (kFlagCreditNow)
   uint64_t len = 0;
   uint64_t sender_req = 0;
   uint64_t stage_rkey = 0, stage_off = 0;  // a staged rendezvous message

@@ -67,14 +67,16 @@ void Engine::match_recv(Request* req, ReqId id) {
     if (!req->move(req_gen(id), kStPending, pulls ? kStPlacing : kStClaimed)) return;
     u = std::move(p->unexpected.front());
     p->unexpected.pop_front();
-    if (!u.rts) credit_due = credits_.count_consumed(u.src, u.src == self());
+    if (!u.rts) credit_due = credits_.count_consumed(u.src, u.src == self() || u.credit_now);
   }
   if (!u.rts) {
     deliver_eager(req, u.src, u.data);
     if (credit_due) send_credit(u.src);
     return;
   }
-  if (u.stage_rkey != 0) return deliver_staged(req, u.src, u.len, u.stage_rkey, u.stage_off);
+  if (u.stage_rkey != 0) {
+    return deliver_staged(req, u.src, u.len, u.stage_rkey, u.stage_off, u.credit_now);
+  }
   req->spin_extra_us.store(rendezvous_spin_us(u.len), std::memory_order_relaxed);
   MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id, 0, 0};
   if (place) offer_placement(req, u.src, u.len, &pull);
@@ -93,7 +95,8 @@ void Engine::deliver_eager(Request* r, NodeId from, std::span<const std::byte> d
 
 // Completes a claimed receive with a message staged at its sender: read it
 // natively into the receive's buffer, then let the sender free it.
-void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off) {
+void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off,
+                            bool credit_now) {
   Status s;
   *r->rpc_len = len;
   *r->msg_src = from;
@@ -120,7 +123,7 @@ void Engine::deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey
   finish(r, s);
   MsgStaged done{make_header(MsgOp::kMsgStaged, 0), off};
   (void)send(from, &done, sizeof(done), nullptr, 0, default_deadline(), true);
-  credit_consumed(from);
+  credit_consumed(from, credit_now);
 }
 
 void Engine::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
@@ -143,6 +146,7 @@ void Engine::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byt
 // receive of its port, or into the port's unexpected store.
 void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   const bool rts = h.op == static_cast<uint8_t>(MsgOp::kMsgRts);
+  const bool credit_now = (h.flags & kFlagCreditNow) != 0;
   uint32_t port = rts ? load<MsgRts>(b).port : load<MsgEager>(b).port;
   credits_.apply_msg(from, rts ? load<MsgRts>(b).credits : load<MsgEager>(b).credits);
   Request* r = nullptr;
@@ -152,6 +156,7 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     Unexpected u;
     u.src = from;
     u.rts = rts;
+    u.credit_now = credit_now;
     if (rts) {
       auto m = load<MsgRts>(b);
       u.len = m.len;
@@ -167,7 +172,7 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     return;
   }
   if (!rts) {
-    bool credit_due = credits_.count_consumed(from, from == self());
+    bool credit_due = credits_.count_consumed(from, from == self() || credit_now);
     g.unlock();
     deliver_eager(r, from, b.subspan(sizeof(MsgEager)));
     if (credit_due) send_credit(from);
@@ -175,7 +180,9 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   }
   g.unlock();
   auto m = load<MsgRts>(b);
-  if (m.stage_rkey != 0) return deliver_staged(r, from, m.len, m.stage_rkey, m.stage_off);
+  if (m.stage_rkey != 0) {
+    return deliver_staged(r, from, m.len, m.stage_rkey, m.stage_off, credit_now);
+  }
   pull_matched(r, from, h.req_id, m.len);  // rndv.cc
 }
 

@@ -89,6 +89,7 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
     // receive then takes the next message instead.
     late_.fetch_add(1, std::memory_order_relaxed);
     MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id, Code::kTimedOut);
+    if (credits_.msg_credit_now()) d.flags |= kFlagCreditNow;
     (void)send(from, &d, sizeof(d), nullptr, 0, default_deadline(), true);
     return;
   }
@@ -98,6 +99,7 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
     Status ws = place_write(from, r->send_buf, r->out_len, q.dst_addr, q.dst_rkey);
     if (ws.is_ok()) {
       MsgPlaced pl{make_header(MsgOp::kMsgPlaced, q.recv_id), r->out_len};
+      if (credits_.msg_credit_now()) pl.h.flags |= kFlagCreditNow;
       return finish(r, send(from, &pl, sizeof(pl), nullptr, 0, default_deadline(), true));
     }
     if (ws.code() == Code::kPeerDown) return finish(r, ws);
@@ -105,6 +107,7 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
     LT_DEBUG("placement to node %u refused (%s); sending the data", from, ws.text());
   }
   MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id);
+  if (credits_.msg_credit_now()) d.flags |= kFlagCreditNow;  // at the tenant's cap: see credits.h
   finish(r, send(from, &d, sizeof(d), r->send_buf, r->out_len, default_deadline(), true));
 }
 

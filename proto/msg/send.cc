@@ -41,9 +41,14 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
     via = peers_.via(node);
   }
   // Credits bound what this sender can leave unconsumed at the receiver, so
-  // the receiver's store of unexpected messages stays bounded.
-  if (!credits_.take_msg(node)) return Code::kNoResource;
-  MsgCreditGuard credit(credits_, node);
+  // the receiver's store of unexpected messages stays bounded; the tenant's
+  // cap (if any) bounds them over all receivers.
+  bool credit_now = false;
+  if (Code c = credits_.take_msg(node, &credit_now); c != Code::kOk) {
+    if (c == Code::kQuota) sched_.count_quota_refusal();
+    return c;
+  }
+  MsgCreditGuard credit(credits_, node, credit_now);
   if (via == nullptr) return send_to_self(port, buf, len, credit);
   const transport::Caps& caps = via->caps();
   if (len <= caps.eager_max) return send_eager(node, ep.get(), port, buf, len, credit);
@@ -90,7 +95,7 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len,
 Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, uint32_t port,
                                  const void* buf, size_t len, MsgCreditGuard& credit) {
   LT_RETURN_IF_ERROR(admit_send(len));
-  MsgEager m{make_header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
+  MsgEager m{credit.header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
   LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false));
   credit.sent();
   return kDoneReqId;
@@ -106,7 +111,8 @@ Result<ReqId> Engine::send_staged(NodeId node, transport::Endpoint* ep, uint32_t
     return s;
   }
   std::memcpy(stage_.base() + stage_off, buf, len);
-  MsgRts m{make_header(MsgOp::kMsgRts, 0), port, credit.take_owed(), len, stage_.rkey(), stage_off};
+  MsgRts m{
+      credit.header(MsgOp::kMsgRts, 0), port, credit.take_owed(), len, stage_.rkey(), stage_off};
   Status s = send_on(node, ep, &m, sizeof(m), nullptr, 0, default_deadline(), false);
   if (!s.is_ok()) {
     stage_.free(node, stage_off);
@@ -126,7 +132,7 @@ Result<ReqId> Engine::send_rndv(NodeId node, uint32_t port, const void* buf, siz
   (*r)->send_buf = static_cast<const std::byte*>(buf);
   (*r)->out_len = len;
   (*r)->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
-  MsgRts m{make_header(MsgOp::kMsgRts, id), port, credit.take_owed(), len, 0, 0};
+  MsgRts m{credit.header(MsgOp::kMsgRts, id), port, credit.take_owed(), len, 0, 0};
   LT_RETURN_IF_ERROR(send_request(*r, node, &m, sizeof(m), nullptr, 0));
   credit.sent();
   return id;

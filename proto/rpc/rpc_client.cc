@@ -21,6 +21,10 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
     LT_RETURN_IF_ERROR(endpoint(node, default_deadline(), &ep));
   }
   int32_t used = credits_.take_rpc(node);
+  if (used == Credits::kRpcQuota) {
+    sched_.count_quota_refusal();
+    return Code::kQuota;
+  }
   if (used < 0) return Code::kNoResource;
   ReqId id = 0;
   auto r = alloc_request(ReqKind::kRpc, node, &id, in_len);

@@ -95,7 +95,13 @@ bool expect_ok(std::span<const std::byte> b) {
   MsgHeader h;
   std::memcpy(&h, b.data(), sizeof(h));
   Shape s;
-  if (h.version != kProtoVersion || h.flags != 0 || !shape(h.op, &s)) return false;
+  if (h.version != kProtoVersion || !shape(h.op, &s)) return false;
+  // The one flag, kFlagCreditNow (bit 0), on a message's own ops only.
+  const bool message = h.op == static_cast<uint8_t>(MsgOp::kMsgEager) ||
+                       h.op == static_cast<uint8_t>(MsgOp::kMsgRts) ||
+                       h.op == static_cast<uint8_t>(MsgOp::kMsgData) ||
+                       h.op == static_cast<uint8_t>(MsgOp::kMsgPlaced);
+  if (h.flags != 0 && !(message && h.flags == 1)) return false;
   if (h.op >= static_cast<uint8_t>(MsgOp::kReply) && h.status != 0) {
     // An error reply: a bare header with a known code.
     return h.status > 0 && h.status < kNumCodes && b.size() == sizeof(MsgHeader);

@@ -34,6 +34,10 @@ const char* kPolicy = R"(qos:
       classes: [bulk]
       max_lmrs: 2
       max_lmr_bytes: 1MiB
+    - name: capped
+      classes: [bulk]
+      max_msg_credits: 4
+      max_rpc_credits: 2
 )";
 
 // The QoS file, written for one test and removed after it.
@@ -253,6 +257,46 @@ TEST(Qos, MetricsAreServedOverHttp) {
   EXPECT_EQ(line, "err LT_ERR_INVAL");
   EXPECT_EQ(c.add_node({"LTIER_METRICS_LISTEN=nowhere"}, {}, &line), nullptr);
   EXPECT_EQ(line, "err LT_ERR_INVAL");
+}
+
+// A tenant's caps on message and RPC credits over all peers: QUOTA at the
+// call beyond them, counted; and the message credits come back although the
+// cap (4) is below the receiver's batch (a quarter of 64), since messages
+// past half the cap ask for their credit at once.
+TEST(Qos, CreditQuotasRefuseAndComeBack) {
+  PolicyFile f(kPolicy);
+  Board board;
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  Proc* s = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=capped", board.env(),
+                        "LTIER_METRICS_LISTEN=127.0.0.1:0"});
+  Proc* r = c.add_node();
+  Proc* r2 = c.add_node();
+  ASSERT_TRUE(s && r && r2);
+  const std::string ir = id_of(r), ir2 = id_of(r2);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(s->cmd("send " + ir + " 9 0a0b0c0d"), "ok") << i;
+  ASSERT_EQ(s->cmd("send " + ir2 + " 9 0a0b0c0d"), "ok");
+  EXPECT_EQ(s->cmd("send " + ir + " 9 0a0b0c0d"), "err LT_ERR_QUOTA");   // a fifth, anywhere
+  EXPECT_EQ(s->cmd("send " + ir2 + " 9 0a0b0c0d"), "err LT_ERR_QUOTA");  // (LT_send too)
+  // Two calls of the slow function in flight; a third is refused.
+  EXPECT_EQ(s->cmd("rpc_async " + ir + " 3 8 3"), "err LT_ERR_QUOTA issuing call 2");
+  EXPECT_EQ(s->cmd("rpc_async " + ir + " 2 8 3"), "ok");  // nothing leaked
+  // The receivers take their messages; the credits come back, so sends go
+  // again (a bounded retry: the credits travel back asynchronously).
+  ASSERT_EQ(r->cmd("recv_n 9 3"), "ok");
+  ASSERT_EQ(r2->cmd("recv_n 9 1"), "ok");
+  std::string got;
+  for (int i = 0; i < 200 && got != "ok"; ++i) {
+    got = s->cmd("send " + ir + " 9 0a0b0c0d");
+    if (got != "ok") usleep(50000);
+  }
+  EXPECT_EQ(got, "ok");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s->cmd("send " + ir2 + " 9 0a0b0c0d"), "ok") << i;
+  EXPECT_EQ(s->cmd("send " + ir2 + " 9 0a0b0c0d"), "err LT_ERR_QUOTA");
+  ASSERT_EQ(r->cmd("recv_n 9 1"), "ok");
+  ASSERT_EQ(r2->cmd("recv_n 9 3"), "ok");
+  const std::string m = http_get(ok_value(s->cmd("metrics")));
+  EXPECT_GE(sample(m, "ltier_quota_refused_total{"), 4) << m;
 }
 
 TEST(Qos, JoinsTheFileRefuses) {

@@ -88,6 +88,9 @@ std::string cmd_rpc_sizes(lt_engine_t* e, Args& a) {
 std::string cmd_rpc_async(lt_engine_t* e, Args& a) {
   lt_node_t node = a.node();
   uint64_t count = a.u64(), size = a.u64();
+  std::string f;
+  const uint32_t func = a.optional_word(&f) ? static_cast<uint32_t>(std::stoul(f)) : 1;
+  if (func != 1 && func != 3) return "err LT_ERR_INVAL";  // the echoing functions
   std::vector<std::vector<unsigned char>> reqs, reps;
   std::vector<size_t> lens(count);
   std::vector<lt_req_t> ids(count);
@@ -97,7 +100,7 @@ std::string cmd_rpc_async(lt_engine_t* e, Args& a) {
   }
   for (uint64_t i = 0; i < count; ++i) {
     int rc =
-        LT_RPC_async(e, node, 1, reqs[i].data(), size, reps[i].data(), size, &lens[i], &ids[i]);
+        LT_RPC_async(e, node, func, reqs[i].data(), size, reps[i].data(), size, &lens[i], &ids[i]);
     if (rc) {
       // The calls made so far write into reps: wait for them first.
       for (uint64_t k = 0; k < i; ++k) (void)LT_wait(e, ids[k], -1);

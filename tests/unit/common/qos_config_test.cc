@@ -31,6 +31,8 @@ const char* kGood = R"(qos:
       max_ops_in_flight: 128
       max_lmr_bytes: 64MiB
       max_lmrs: 16
+      max_msg_credits: 256
+      max_rpc_credits: 32
     - name: etl
       classes: [bulk, batch]
 )";
@@ -68,6 +70,9 @@ TEST(QosConfigTest, ReadsClassesAndTenants) {
   EXPECT_EQ(kv->max_ops_in_flight, 128u);
   EXPECT_EQ(kv->max_lmr_bytes, 64ull << 20);
   EXPECT_EQ(kv->max_lmrs, 16u);
+  EXPECT_EQ(kv->max_msg_credits, 256u);
+  EXPECT_EQ(kv->max_rpc_credits, 32u);
+  EXPECT_EQ(p.find_tenant("etl")->max_msg_credits, 0u);    // no cap
   EXPECT_EQ(p.find_tenant("etl")->default_class, "bulk");  // the first of its classes
   EXPECT_EQ(c.qos.tenant, "kv");
   EXPECT_TRUE(check_qos_tenant(p, "etl", &error).is_ok());
@@ -154,6 +159,14 @@ TEST(QosConfigTest, EveryBrokenPolicyIsRefusedWithKeyAndLine) {
        "qos:\n  classes:\n    - {name: a, priority: 0}\n  tenants:\n    - {name: t, classes: [a], "
        "max_cpus: 3}\n",
        "qos.tenants[0].max_cpus (line 5): unknown tenant key"},
+      {"credit quota not a number",
+       "qos:\n  classes:\n    - {name: a, priority: 0}\n  tenants:\n    - {name: t, classes: [a], "
+       "max_msg_credits: lots}\n",
+       "qos.tenants[0].max_msg_credits (line 5): expected a whole number, got 'lots'"},
+      {"rpc credit quota negative",
+       "qos:\n  classes:\n    - {name: a, priority: 0}\n  tenants:\n    - {name: t, classes: [a], "
+       "max_rpc_credits: -1}\n",
+       "qos.tenants[0].max_rpc_credits (line 5): expected a whole number"},
       {"tenants but no classes", "qos:\n  tenants:\n    - {name: t, classes: [a]}\n",
        "tenants need classes"},
       {"duplicate tenant",

@@ -129,6 +129,27 @@ TEST(MsgTest, NonZeroFlagsAreMalformed) {
   }
 }
 
+// kFlagCreditNow (bit 0) is the one flag, and only on a message's own ops.
+TEST(MsgTest, CreditNowFlagOnlyOnMessages) {
+  for (MsgOp op : {MsgOp::kMsgEager, MsgOp::kMsgRts, MsgOp::kMsgData, MsgOp::kMsgPlaced}) {
+    size_t size = 0;
+    for (const auto& s : kShapes) {
+      if (s.op == op) size = s.size;
+    }
+    MsgHeader h = make_header(op, 1);
+    h.flags = kFlagCreditNow;
+    MsgHeader out{};
+    EXPECT_TRUE(decode(message(h, size), &out).is_ok()) << int{h.op};
+    EXPECT_EQ(out.flags, kFlagCreditNow);
+    h.flags = kFlagCreditNow | 2;
+    EXPECT_EQ(decode(message(h, size), &out).code(), Code::kMalformed) << int{h.op};
+  }
+  MsgHeader h = make_header(MsgOp::kMsgCredit, 0);
+  h.flags = kFlagCreditNow;
+  MsgHeader out{};
+  EXPECT_EQ(decode(message(h, sizeof(MsgCredit)), &out).code(), Code::kMalformed);
+}
+
 TEST(MsgTest, UnknownOpIsMalformed) {
   for (int op = 0; op < 256; ++op) {
     bool known = false;
@@ -200,12 +221,15 @@ bool is_valid(const std::vector<std::byte>& b) {
   if (b.size() < sizeof(MsgHeader)) return false;
   MsgHeader h;
   std::memcpy(&h, b.data(), sizeof(h));
-  if (h.version != kProtoVersion || h.flags != 0) return false;
+  if (h.version != kProtoVersion) return false;
   const Shape* shape = nullptr;
   for (const auto& s : kShapes) {
     if (static_cast<uint8_t>(s.op) == h.op) shape = &s;
   }
   if (shape == nullptr) return false;
+  const bool message = shape->op == MsgOp::kMsgEager || shape->op == MsgOp::kMsgRts ||
+                       shape->op == MsgOp::kMsgData || shape->op == MsgOp::kMsgPlaced;
+  if (h.flags != 0 && !(message && h.flags == 1)) return false;
   if (h.status != 0) {
     return is_reply(shape->op) && h.status > 0 && h.status < kNumCodes &&
            b.size() == sizeof(MsgHeader);
