@@ -19,6 +19,7 @@ def test_await_many_operations(eng, peer):
         replies = await ltier.aio.gather(*(eng.rpc_async(peer.node, ECHO, bytes([i]))
                                           for i in range(40)))
         old = await lmr.fetch_add_async(16, 5)
+        assert await eng.send_async(peer.node, 77, b"eager") is None  # complete at the call
         return got, replies, old
 
     before = threading.active_count()

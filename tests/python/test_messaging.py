@@ -40,7 +40,9 @@ def test_messages_from_the_peer_and_order(eng, peer):
 def test_async_send_and_recv(eng, peer):
     r = eng.recv_async(ECHO_REPLY_PORT, max_bytes=64)
     assert not r.test()
-    eng.send_async(peer.node, ECHO_PORT, bytearray(b"async")).wait()
+    s = eng.send_async(peer.node, ECHO_PORT, bytearray(b"async"))
+    assert s.done  # an eager message is complete at the call
+    assert s.wait() is None and s.wait() is None
     assert r.wait(10) == (peer.node, b"async")
     buf = np.zeros(8, dtype=np.uint8)
     r = eng.recv_async(ECHO_REPLY_PORT, into=buf)

@@ -99,6 +99,9 @@ Request start_async(const EnginePtr& eng, PendingPtr p, F&& start, const char* w
     p->done = true;  // nothing in flight to cancel
     throw CallError{rc, what};
   }
+  // Complete at the call (an eager send): done now, so wait() and await
+  // return at once, with no hop through the completion thread.
+  if (p->req == LT_REQ_DONE) p->finish(0);
   return Request(std::move(p));
 }
 
