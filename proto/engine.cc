@@ -267,12 +267,6 @@ std::vector<PeerTraffic> Engine::peer_traffic() const {
   return all;
 }
 
-uint64_t Engine::posted() const {
-  uint64_t n = 0;
-  for (const PeerTraffic& t : traffic_.snapshot()) n += t.tx_ops;
-  return n;
-}
-
 std::vector<std::pair<std::string, transport::TransportStats>> Engine::transport_stats() const {
   std::vector<std::pair<std::string, transport::TransportStats>> out;
   for (const auto& t : transports_.all()) out.emplace_back(t->name(), t->stats());

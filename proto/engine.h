@@ -240,9 +240,8 @@ class Engine {
   std::vector<std::pair<std::string, transport::TransportStats>> transport_stats() const;
   const qos::Scheduler& scheduler() const { return sched_; }
   /// Traffic with each live peer, per transport (PeerTraffic::transport is
-  /// the index in transport_stats()); work requests posted, all peers.
+  /// the index in transport_stats()).
   std::vector<PeerTraffic> peer_traffic() const;
-  uint64_t posted() const;
 
  private:
   struct Results {
