@@ -417,6 +417,7 @@ class Engine {
   Result<Request*> receive_request(ReqKind kind, uint32_t port, void* buf, size_t cap, NodeId* src,
                                    size_t* len, ReqId* id);
   void match_recv(Request* req, ReqId id);
+  bool take_waiting(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len);
   void deliver_eager(Request* r, NodeId from, std::span<const std::byte> data);
   void deliver_staged(Request* r, NodeId from, uint64_t len, uint64_t rkey, uint64_t off,
                       bool credit_now);

@@ -72,7 +72,7 @@ Detection& detection() {
 
 }  // namespace
 
-constinit thread_local Quiescence::ThreadState Quiescence::t_state{nullptr, 0};
+LT_TLS_FAST constinit thread_local Quiescence::ThreadState Quiescence::t_state{nullptr, 0};
 std::atomic<bool> Quiescence::asymmetric_{false};
 
 void Quiescence::prepare() {

@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/tls.h"
+
 namespace lt::proto {
 
 class Quiescence {
@@ -63,7 +65,7 @@ class Quiescence {
     Slot* slot;
     uint32_t depth;
   };
-  static constinit thread_local ThreadState t_state;
+  LT_TLS_FAST static constinit thread_local ThreadState t_state;
   static std::atomic<bool> asymmetric_;  // set once registered (prepare)
   static Slot* attach();                 // first section of a thread: its slot, and the exit hook
 

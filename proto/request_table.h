@@ -49,7 +49,9 @@ class RequestTable {
     r->out = nullptr;
     r->out_len = 0;
     r->spin_extra_us.store(0, std::memory_order_relaxed);
-    r->peer.store(peer);
+    // Published by the word's release store below, as the fields above are:
+    // a seq_cst store here cost a locked exchange per request.
+    r->peer.store(peer, std::memory_order_relaxed);
     r->word.store(req_word(gen, kStPending), std::memory_order_release);
     *id = make_req_id(gen, idx);
     return r;

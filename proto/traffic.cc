@@ -11,8 +11,8 @@ namespace {
 std::atomic<uint64_t> next_serial{1};
 }  // namespace
 
-thread_local Traffic::TlsEntry Traffic::tls_[4];
-thread_local uint32_t Traffic::tls_next_ = 0;
+LT_TLS_FAST thread_local Traffic::TlsEntry Traffic::tls_[4];
+LT_TLS_FAST thread_local uint32_t Traffic::tls_next_ = 0;
 
 Traffic::Traffic() : serial_(next_serial.fetch_add(1, std::memory_order_relaxed)) {}
 

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/tls.h"
 #include "transport/transport.h"
 
 namespace lt::proto {
@@ -113,8 +114,8 @@ class Traffic {
     uint64_t serial = 0;
     Block* block = nullptr;
   };
-  static thread_local TlsEntry tls_[4];
-  static thread_local uint32_t tls_next_;
+  LT_TLS_FAST static thread_local TlsEntry tls_[4];
+  LT_TLS_FAST static thread_local uint32_t tls_next_;
 
   const uint64_t serial_;
   mutable std::mutex mu_;  // blocks_: a thread's first count, and readers

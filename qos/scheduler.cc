@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/tls.h"
 
 namespace lt::qos {
 
@@ -31,7 +32,7 @@ struct ThreadClass {
   uint64_t scheduler = 0;
   uint8_t cls = 0;
 };
-thread_local ThreadClass tl_class;
+LT_TLS_FAST thread_local ThreadClass tl_class;
 }  // namespace
 
 struct Scheduler::Class {

@@ -119,6 +119,10 @@ constexpr Command kCommands[] = {
     {"send", "NODE PORT HEX -> ok (LT_send; HEX '-' is an empty message)", cmd_send},
     {"recv", "PORT CAP [TIMEOUT_MS] -> ok SRC HEX (LT_recv; err LT_ERR_TRUNCATED NEEDED)",
      cmd_recv},
+    {"recv_async",
+     "PORT CAP [TIMEOUT_MS] -> ok done|waited SRC HEX (LT_recv_async, then LT_wait: 'done' when "
+     "it completed at the call)",
+     cmd_recv_async},
     {"send_seq",
      "NODE PORT COUNT SIZE -> ok (COUNT messages of SIZE bytes: sequence number, then a pattern "
      "of it)",

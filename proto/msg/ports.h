@@ -10,10 +10,13 @@
 // drop empty ones).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -53,6 +56,29 @@ inline void erase_posted(std::deque<PostedRecv>& posted, ReqId id) {
   }
 }
 
+/// An eager message's bytes, kept until a receive takes them: inline up to
+/// kInline, so the usual small message costs no allocation while the
+/// port's lock is held; on the heap above.
+class MsgBytes {
+ public:
+  static constexpr size_t kInline = 64;
+  void assign(std::span<const std::byte> b) {
+    size_ = b.size();
+    std::byte* to = inline_;
+    if (size_ > kInline) {
+      heap_.reset(new std::byte[size_]);
+      to = heap_.get();
+    }
+    if (size_ != 0) std::memcpy(to, b.data(), size_);
+  }
+  std::span<const std::byte> view() const { return {heap_ ? heap_.get() : inline_, size_}; }
+
+ private:
+  size_t size_ = 0;
+  std::unique_ptr<std::byte[]> heap_;
+  std::byte inline_[kInline];
+};
+
 /// A message that arrived before a receive was posted: its bytes (eager), or
 /// the sender's rendezvous request (rts).
 struct Unexpected {
@@ -62,7 +88,7 @@ struct Unexpected {
   uint64_t len = 0;
   uint64_t sender_req = 0;
   uint64_t stage_rkey = 0, stage_off = 0;  // a staged rendezvous message
-  std::vector<std::byte> data;
+  MsgBytes data;
 };
 
 struct Port {
@@ -96,6 +122,23 @@ class PortTable {
     return *it->second;
   }
 
+  /// Keeps a message no receive waited for in `p`'s store. Caller holds mutex().
+  void keep_locked(Port& p, Unexpected&& u) {
+    p.unexpected.push_back(std::move(u));
+    add_waiting(1);
+  }
+  /// Takes the oldest message of `p`'s store (not empty). Caller holds mutex().
+  Unexpected take_locked(Port& p) {
+    Unexpected u = std::move(p.unexpected.front());
+    p.unexpected.pop_front();
+    add_waiting(-1);
+    return u;
+  }
+  /// Whether any port may hold a message: read without the lock, so a
+  /// receive looks for a waiting one (and takes the lock) only when there
+  /// may be one. A message kept meanwhile is found by the receive's match.
+  bool any_waiting() const { return waiting_.load(std::memory_order_relaxed) != 0; }
+
   /// Takes a cancelled receive out of its port's posted FIFO, so that
   /// receives timing out on a quiet port do not pile up.
   void unpost(uint32_t port, ReqId id) {
@@ -111,6 +154,7 @@ class PortTable {
     for (auto& [num, p] : ports_) {
       n += std::erase_if(p->unexpected, [src](const Unexpected& u) { return u.src == src; });
     }
+    add_waiting(-static_cast<int64_t>(n));
     return n;
   }
 
@@ -125,7 +169,13 @@ class PortTable {
     sweep_at_ = std::max(base_sweep_at_, 2 * ports_.size());
   }
 
+  // Only writer: the holder of mu_ (a plain store, no locked add).
+  void add_waiting(int64_t by) {
+    waiting_.store(waiting_.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+
   SpinLock mu_;
+  std::atomic<uint64_t> waiting_{0};  // messages in all unexpected stores
   std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;
   uint32_t last_num_ = 0;  // the last port looked up, and its entry
   Port* last_ = nullptr;

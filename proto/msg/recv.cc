@@ -21,11 +21,38 @@ Status Engine::fill_recv(Request* r, NodeId from, std::span<const std::byte> dat
 Result<ReqId> Engine::recv_async(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
   LT_RETURN_IF_ERROR(usable());
   if (src == nullptr || len == nullptr || (buf == nullptr && cap != 0)) return Code::kInvalidArg;
+  if (take_waiting(port, buf, cap, src, len)) return kDoneReqId;
   ReqId id = 0;
   auto r = receive_request(ReqKind::kRecv, port, buf, cap, src, len, &id);
   if (!r) return r.status();
   match_recv(*r, id);
   return id;
+}
+
+// A receive that finds an eager message waiting on its port, and room for
+// it, takes it at the call: no request slot, no completion, no wait (a
+// streaming receiver that fell behind, a server taking a burst). With QoS
+// classes on, receives pass their class's gate as requests, so they are
+// counted as before.
+bool Engine::take_waiting(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
+  if (!client_.ports.any_waiting() || sched_.enabled()) return false;
+  Unexpected u;
+  bool credit_due = false;
+  {
+    std::lock_guard<SpinLock> g(client_.ports.mutex());
+    Port& p = client_.ports.get_locked(port);
+    if (p.unexpected.empty()) return false;
+    const Unexpected& f = p.unexpected.front();
+    if (f.rts || f.len > cap) return false;  // a pull, or a truncation: the request path
+    u = client_.ports.take_locked(p);
+    credit_due = credits_.count_consumed(u.src, u.src == self() || u.credit_now);
+  }
+  std::span<const std::byte> data = u.data.view();
+  if (!data.empty()) std::memcpy(buf, data.data(), data.size());
+  *src = u.src;
+  *len = data.size();
+  if (credit_due) send_credit(u.src);
+  return true;
 }
 
 Result<Request*> Engine::receive_request(ReqKind kind, uint32_t port, void* buf, size_t cap,
@@ -51,8 +78,7 @@ void Engine::match_recv(Request* req, ReqId id) {
     std::lock_guard<SpinLock> g(client_.ports.mutex());
     Port* p = &client_.ports.get_locked(req->msg_port);
     if (p->unexpected.empty()) {
-      req->peer.store(0);
-      p->posted.push_back({id, req});
+      p->posted.push_back({id, req});  // its peer is 0 from receive_request
       return;
     }
     const Unexpected& f = p->unexpected.front();
@@ -65,12 +91,11 @@ void Engine::match_recv(Request* req, ReqId id) {
     place = pulls && can_place(f.src, f.len, req->out_len);
     if (pulls) req->peer.store(f.src);
     if (!req->move(req_gen(id), kStPending, pulls ? kStPlacing : kStClaimed)) return;
-    u = std::move(p->unexpected.front());
-    p->unexpected.pop_front();
+    u = client_.ports.take_locked(*p);
     if (!u.rts) credit_due = credits_.count_consumed(u.src, u.src == self() || u.credit_now);
   }
   if (!u.rts) {
-    deliver_eager(req, u.src, u.data);
+    deliver_eager(req, u.src, u.data.view());
     if (credit_due) send_credit(u.src);
     return;
   }
@@ -166,9 +191,9 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     } else {
       auto data = b.subspan(sizeof(MsgEager));
       u.len = data.size();
-      u.data.assign(data.begin(), data.end());
+      u.data.assign(data);
     }
-    p.unexpected.push_back(std::move(u));
+    client_.ports.keep_locked(p, std::move(u));
     return;
   }
   if (!rts) {

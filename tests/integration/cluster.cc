@@ -225,4 +225,6 @@ bool lists(const std::string& nodes_reply, const std::string& id) {
   return padded.find(" " + id + " ") != std::string::npos;
 }
 
+int shell(const std::string& cmd) { return std::system(cmd.c_str()); }
+
 }  // namespace lt::itest

@@ -86,4 +86,7 @@ std::string await_event(Proc* p, const std::string& kind, int timeout_ms = 15000
 /// Whether a "nodes" reply lists `id`.
 bool lists(const std::string& nodes_reply, const std::string& id);
 
+/// Runs `cmd` through the shell; its exit status.
+int shell(const std::string& cmd);
+
 }  // namespace lt::itest

@@ -51,6 +51,24 @@ def test_async_send_and_recv(eng, peer):
     assert list(buf[:2]) == [1, 2]
 
 
+def test_recv_async_of_a_waiting_message_is_done_at_the_call(eng, peer):
+    for i in range(3):
+        assert peer.cmd(f"send {eng.node_id} 8 {i:02x}") == "ok"
+    assert peer.cmd(f"send {eng.node_id} 9 ff") == "ok"
+    assert eng.recv(9, timeout=10) == (peer.node, b"\xff")  # port 8's three wait now
+    r = eng.recv_async(8, max_bytes=8)
+    assert r.done
+    assert r.wait() == (peer.node, b"\x00")
+    buf = bytearray(4)
+    r = eng.recv_async(8, into=buf)
+    assert r.done and r.wait() == (peer.node, 1) and buf[0] == 1
+    assert eng.recv(8, timeout=10) == (peer.node, b"\x02")
+    pending = eng.recv_async(8, max_bytes=8)
+    assert not pending.done  # nothing waits: it is a request
+    with pytest.raises(ltier.TimedOutError):
+        pending.wait(0.01)
+
+
 def test_recv_timeout(eng):
     with pytest.raises(ltier.TimedOutError):
         eng.recv(99, timeout=0.01)

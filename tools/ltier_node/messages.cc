@@ -45,6 +45,25 @@ std::string cmd_recv(lt_engine_t* e, Args& a) {
   return "ok " + std::to_string(src) + " " + (n ? to_hex(m) : std::string("-"));
 }
 
+std::string cmd_recv_async(lt_engine_t* e, Args& a) {
+  uint32_t port = a.u32();
+  uint64_t cap = a.u64();
+  int64_t timeout_us = a.optional_timeout_us();
+  std::vector<unsigned char> m(cap);
+  lt_node_t src = 0;
+  size_t n = 0;
+  lt_req_t req = 0;
+  if (int rc = LT_recv_async(e, port, m.data(), m.size(), &src, &n, &req); rc) return err(rc);
+  const bool done = req == LT_REQ_DONE;
+  int rc = LT_wait(e, req, timeout_us);
+  if (rc == -LT_ERR_TIMEDOUT) (void)LT_cancel(e, req);
+  if (rc == -LT_ERR_TRUNCATED) return err(rc) + " " + std::to_string(n);
+  if (rc) return err(rc);
+  m.resize(n);
+  return std::string("ok ") + (done ? "done " : "waited ") + std::to_string(src) + " " +
+         (n ? to_hex(m) : std::string("-"));
+}
+
 std::string cmd_send_seq(lt_engine_t* e, Args& a) {
   lt_node_t node = a.node();
   uint32_t port = a.u32();

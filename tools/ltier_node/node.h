@@ -190,6 +190,7 @@ std::string cmd_rpc_loop_self(lt_engine_t* e, Args& a);
 std::string cmd_rpc_gate(lt_engine_t* e, Args& a);
 std::string cmd_send(lt_engine_t* e, Args& a);
 std::string cmd_recv(lt_engine_t* e, Args& a);
+std::string cmd_recv_async(lt_engine_t* e, Args& a);
 std::string cmd_send_seq(lt_engine_t* e, Args& a);
 std::string cmd_recv_seq(lt_engine_t* e, Args& a);
 std::string cmd_send_async_n(lt_engine_t* e, Args& a);

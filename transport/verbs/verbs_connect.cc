@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/time.h"
+#include "common/tls.h"
 #include "transport/verbs/verbs_transport.h"
 
 namespace lt::transport::verbs {
@@ -44,7 +45,7 @@ VerbsConn::~VerbsConn() = default;
 // over the K channels without a lock.
 Channel* VerbsConn::pick() {
   static std::atomic<uint32_t> next_thread{0};
-  thread_local uint32_t me = next_thread.fetch_add(1, std::memory_order_relaxed);
+  LT_TLS_FAST thread_local uint32_t me = next_thread.fetch_add(1, std::memory_order_relaxed);
   return channels_[me % channels_.size()].get();
 }
 

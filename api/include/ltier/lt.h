@@ -194,6 +194,8 @@ int LT_send_async(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf
  * (the message is consumed). */
 int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
             int64_t timeout_us);
+/* An eager message already waiting on `port` that fits in cap is taken at
+ * the call: *src and *len are set and *req is LT_REQ_DONE. */
 int LT_recv_async(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src, size_t* len,
                   lt_req_t* req);
 

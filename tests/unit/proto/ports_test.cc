@@ -90,17 +90,52 @@ TEST(PortTable, DropFromRemovesOnlyThatSendersMessages) {
         Unexpected u;
         u.src = src;
         u.len = port;
-        t.get_locked(port).unexpected.push_back(std::move(u));
+        t.keep_locked(t.get_locked(port), std::move(u));
       }
     }
   }
   EXPECT_EQ(t.drop_from(5), 6u);
   EXPECT_EQ(t.drop_from(5), 0u);
+  EXPECT_TRUE(t.any_waiting());  // node 6's three
   std::lock_guard<SpinLock> g(t.mutex());
   for (uint32_t port : {1u, 2u, 3u}) {
     auto& q = t.get_locked(port).unexpected;
     ASSERT_EQ(q.size(), 1u);
     EXPECT_EQ(q.front().src, 6u);
+  }
+}
+
+// any_waiting() follows what the stores hold, over all ports, without the
+// lock: it is what lets a receive skip the lock when nothing waits.
+TEST(PortTable, AnyWaitingCountsKeptAndTakenMessages) {
+  PortTable t;
+  EXPECT_FALSE(t.any_waiting());
+  std::lock_guard<SpinLock> g(t.mutex());
+  t.keep_locked(t.get_locked(1), Unexpected{});
+  t.keep_locked(t.get_locked(2), Unexpected{});
+  EXPECT_TRUE(t.any_waiting());
+  (void)t.take_locked(t.get_locked(1));
+  EXPECT_TRUE(t.any_waiting());
+  (void)t.take_locked(t.get_locked(2));
+  EXPECT_FALSE(t.any_waiting());
+}
+
+// A message's bytes survive the moves of the store, inline and on the heap.
+TEST(MsgBytes, SmallInlineLargeOnTheHeapBothMoveWhole) {
+  for (size_t n : {size_t{0}, size_t{1}, MsgBytes::kInline, MsgBytes::kInline + 1, size_t{70000}}) {
+    std::vector<std::byte> src(n);
+    for (size_t i = 0; i < n; ++i) src[i] = static_cast<std::byte>(i * 7 + n);
+    PortTable t;
+    std::lock_guard<SpinLock> g(t.mutex());
+    Unexpected u;
+    u.data.assign(src);
+    for (int i = 0; i < 40; ++i) t.keep_locked(t.get_locked(3), Unexpected{});  // the deque grows
+    Port& p = t.get_locked(4);
+    t.keep_locked(p, std::move(u));
+    Unexpected back = t.take_locked(p);
+    auto v = back.data.view();
+    ASSERT_EQ(v.size(), n);
+    EXPECT_TRUE(std::equal(v.begin(), v.end(), src.begin())) << n;
   }
 }
 
