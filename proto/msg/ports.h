@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/spinlock.h"
+#include "proto/msg/fifo.h"
 #include "proto/request.h"
 
 namespace lt::proto {
@@ -92,7 +93,7 @@ struct Unexpected {
 };
 
 struct Port {
-  std::deque<Unexpected> unexpected;
+  Fifo<Unexpected> unexpected;
   std::deque<PostedRecv> posted;
   bool empty() const { return unexpected.empty() && posted.empty(); }
 };
@@ -152,7 +153,7 @@ class PortTable {
     std::lock_guard<SpinLock> g(mu_);
     size_t n = 0;
     for (auto& [num, p] : ports_) {
-      n += std::erase_if(p->unexpected, [src](const Unexpected& u) { return u.src == src; });
+      n += p->unexpected.erase_if([src](const Unexpected& u) { return u.src == src; });
     }
     add_waiting(-static_cast<int64_t>(n));
     return n;

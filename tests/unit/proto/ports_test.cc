@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
+#include "proto/msg/fifo.h"
 #include "proto/request_table.h"
 
 namespace lt::proto {
@@ -137,6 +140,32 @@ TEST(MsgBytes, SmallInlineLargeOnTheHeapBothMoveWhole) {
     ASSERT_EQ(v.size(), n);
     EXPECT_TRUE(std::equal(v.begin(), v.end(), src.begin())) << n;
   }
+}
+
+// The FIFO keeps order across wrap-around and growth, and erase_if keeps
+// the order of what it leaves.
+TEST(Fifo, OrderThroughWrapGrowthAndErase) {
+  Fifo<std::unique_ptr<int>> q;
+  int next_in = 0, next_out = 0;
+  for (int round = 0; round < 50; ++round) {  // the live window moves around the ring
+    for (int i = 0; i < round % 7 + 3; ++i) q.push_back(std::make_unique<int>(next_in++));
+    for (int i = 0; i < round % 5 + 1 && !q.empty(); ++i) {
+      ASSERT_EQ(*q.front(), next_out++);
+      q.pop_front();
+    }
+  }
+  ASSERT_EQ(q.size(), static_cast<size_t>(next_in - next_out));
+  const size_t odd = q.erase_if([](const std::unique_ptr<int>& v) { return *v % 2 != 0; });
+  EXPECT_EQ(odd + q.size(), static_cast<size_t>(next_in - next_out));
+  int last = -1;
+  while (!q.empty()) {
+    EXPECT_EQ(*q.front() % 2, 0);
+    EXPECT_GT(*q.front(), last);
+    last = *q.front();
+    q.pop_front();
+  }
+  q.push_back(std::make_unique<int>(7));  // still usable once drained
+  EXPECT_EQ(*q.front(), 7);
 }
 
 }  // namespace
