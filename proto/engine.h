@@ -295,7 +295,8 @@ class Engine {
   }
   void finish(Request* r, Status s) {
     drop_placement(r);
-    sched_.complete(r->ticket);  // its RTT sample, with QoS on
+    r->ticket.peer = r->peer.load(std::memory_order_relaxed);
+    sched_.complete(r->ticket);  // its RTT sample, with QoS on, judged by its peer's
     r->complete(s);
   }
   void release(Request* r);

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/tls.h"
+#include "qos/base_rtt.h"
 
 namespace lt::qos {
 
@@ -39,6 +40,8 @@ struct Scheduler::Class {
   explicit Class(const QosClass& c) : cfg(c), rc(c.floor_percent) {
     cap_ops.set_rate(c.max_ops_per_s);
     cap_bytes.set_rate(c.max_bytes_per_s);
+    // A derived target is per peer; without the table, the class's own base.
+    if (c.target_rtt_ns == 0) (void)peers.make();
   }
   QosClass cfg;
 
@@ -46,13 +49,15 @@ struct Scheduler::Class {
   RateControl rc;
   TokenBucket cap_ops, cap_bytes;  // max_ops_per_s, max_bytes_per_s: always (rate 0: none)
   uint64_t interval_bytes = 0;
-  uint64_t interval_max_rtt = 0;
-  // The class's RTT signal: the largest RTT of the last interval that had
-  // completions, kept through intervals without any (a slow call signals
-  // until a faster one completes), dropped when the class goes idle.
-  uint64_t signal_rtt = 0;
-  uint64_t base_rtt[2] = {UINT64_MAX, UINT64_MAX};  // least RTT, this window and the last
-  uint64_t base_since = 0;
+  bool interval_done = false;  // a completion in this interval
+  bool interval_over = false;  // one above its peer's target
+  // The class's congestion signal: whether a completion of the last interval
+  // that had any was above its target, kept through intervals without
+  // completions (a slow call signals until a faster one completes), dropped
+  // when the class goes idle.
+  bool signal_over = false;
+  BaseRtt base;     // over all peers: the target shown in the stats
+  PeerBases peers;  // per peer: the target each completion is judged by
 
   std::atomic<uint64_t> ops{0}, bytes{0}, in_flight{0}, waiting{0}, delayed{0};
   std::atomic<uint64_t> last_active{0};
@@ -60,10 +65,11 @@ struct Scheduler::Class {
   std::atomic<bool> under_higher{false};  // a higher class was active at the last tick
   RttHistogram rtt;
 
-  uint64_t target_locked() const {
+  // The configured target, or one derived from `b` (0: nothing measured yet).
+  uint64_t target_from(const BaseRtt& b) const {
     if (cfg.target_rtt_ns != 0) return cfg.target_rtt_ns;
-    const uint64_t base = std::min(base_rtt[0], base_rtt[1]);
-    return base == UINT64_MAX ? 0 : base * kAutoTargetMultiple + kAutoTargetSlackNs;
+    const uint64_t least = b.get();
+    return least == BaseRtt::kNone ? 0 : least * kAutoTargetMultiple + kAutoTargetSlackNs;
   }
 };
 
@@ -229,13 +235,14 @@ void Scheduler::on_complete(const Ticket& t, uint64_t now) {
   k.rtt.record(rtt);
   k.last_active.store(now, std::memory_order_relaxed);
   k.mu.lock();
-  k.interval_max_rtt = std::max(k.interval_max_rtt, rtt);
-  if (now - k.base_since > kBaseWindowNs) {  // a new window: the older one is forgotten
-    k.base_rtt[1] = k.base_rtt[0];
-    k.base_rtt[0] = UINT64_MAX;
-    k.base_since = now;
-  }
-  k.base_rtt[0] = std::min(k.base_rtt[0], rtt);
+  k.base.note(rtt, now, kBaseWindowNs);
+  // A derived target is the peer's own: over all peers, the nearest one's
+  // base would make every completion from a farther peer look congested.
+  BaseRtt* own = k.cfg.target_rtt_ns == 0 ? k.peers.of(t.peer) : nullptr;
+  if (own != nullptr) own->note(rtt, now, kBaseWindowNs);
+  const uint64_t target = k.target_from(own != nullptr ? *own : k.base);
+  k.interval_done = true;
+  k.interval_over = k.interval_over || (target != 0 && rtt > target);
   k.mu.unlock();
   maybe_tick(now);
 }
@@ -285,12 +292,12 @@ void Scheduler::tick(uint64_t now) {
       const bool active = is_active[i];
       k.mu.lock();
       const uint64_t bytes = k.interval_bytes;
-      if (k.interval_max_rtt != 0) k.signal_rtt = k.interval_max_rtt;
-      if (!active) k.signal_rtt = 0;
-      const uint64_t signal = k.signal_rtt;
+      if (k.interval_done) k.signal_over = k.interval_over;
+      if (!active) k.signal_over = false;
+      const bool over = k.signal_over;
       k.interval_bytes = 0;
-      k.interval_max_rtt = 0;
-      const uint64_t target = k.target_locked();
+      k.interval_done = k.interval_over = false;
+      const uint64_t target = k.target_from(k.base);
       const bool was_throttled = k.rc.throttled();
       k.rc.update(now, dt, bytes, higher_active, higher_congested,
                   Share{group.group_solo, k.cfg.weight, group.group_weight});
@@ -301,7 +308,7 @@ void Scheduler::tick(uint64_t now) {
       if (throttled && !was_throttled) {
         LT_DEBUG("qos: class '%s' throttled", k.cfg.name.c_str());
       }
-      const bool congested = active && target != 0 && signal > target;
+      const bool congested = active && over;
       board_.publish(static_cast<uint32_t>(i), prio, active, congested, now);
       group_active = group_active || active;
       group_congested = group_congested || congested;

@@ -54,10 +54,13 @@ struct ClassStats {
   uint64_t rate = 0;           // bytes/s now; RateControl::kUnlimited when not throttled
 };
 
-/// What admit() hands the operation, for complete().
+/// What admit() hands the operation, for complete(). `peer` is the node the
+/// operation went to (0: none), set by the caller before complete(): a class
+/// judges each completion against that peer's own RTT.
 struct Ticket {
   static constexpr uint8_t kNone = 0xff;
   uint8_t cls = kNone;
+  transport::NodeId peer = 0;
   uint64_t start_ns = 0;
 };
 
@@ -136,13 +139,14 @@ class Scheduler {
   }
 
   /// An operation the caller does in place, with no request (a native read
-  /// or write, say): with QoS on it passes the gate, reports its RTT and
-  /// retires. `op()` says whether it was done in place; a refusal by the
-  /// gate goes to *s (and counts as done).
+  /// or write on `peer`'s memory, say): with QoS on it passes the gate,
+  /// reports its RTT and retires. `op()` says whether it was done in place; a
+  /// refusal by the gate goes to *s (and counts as done).
   template <typename Op>
-  bool gated(uint64_t bytes, Deadline d, Status* s, Op&& op) {
+  bool gated(uint64_t bytes, transport::NodeId peer, Deadline d, Status* s, Op&& op) {
     if (classes_.empty()) return op();
     Ticket t;
+    t.peer = peer;
     *s = admit(bytes, d, &t);
     if (!s->is_ok()) return true;
     const bool done = op();

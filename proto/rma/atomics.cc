@@ -74,7 +74,7 @@ bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t oper
   *s = client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m);
   if (!s->is_ok()) return true;
   if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
-  return sched_.gated(sizeof(uint64_t), default_deadline(), s, [&] {
+  return sched_.gated(sizeof(uint64_t), m->owner, default_deadline(), s, [&] {
     return atomic_now_on(*m, off, fetch_add ? AtomicKind::kFetchAdd : AtomicKind::kCompareSwap,
                          operand, compare, old, s);
   });

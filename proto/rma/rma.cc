@@ -64,7 +64,7 @@ bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status
   if (!s->is_ok()) return true;
   if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
   if (len == 0) return true;
-  return sched_.gated(len, default_deadline(), s, [&] {
+  return sched_.gated(len, m->owner, default_deadline(), s, [&] {
     return copy_now(*m, false, off, static_cast<std::byte*>(buf), len, s);
   });
 }
@@ -77,7 +77,7 @@ bool Engine::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len,
   if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
   if (len == 0) return true;
   // Written from, never to: the cast only shares copy_now with reads.
-  return sched_.gated(len, default_deadline(), s, [&] {
+  return sched_.gated(len, m->owner, default_deadline(), s, [&] {
     return copy_now(*m, true, off, static_cast<std::byte*>(const_cast<void*>(buf)), len, s);
   });
 }

@@ -6,6 +6,8 @@
 
 #include <thread>
 
+#include "qos/base_rtt.h"
+
 namespace lt::qos {
 namespace {
 
@@ -211,6 +213,73 @@ TEST(Scheduler, HigherClassAboveTargetThrottlesTheLowerOne) {
   op("bulk", 1 << 20, kT / 2);
   op("bulk", 1 << 20, kT / 2);
   EXPECT_EQ(s.class_stats()[1].rate, RateControl::kUnlimited);
+  ASSERT_TRUE(s.set_thread_class("").is_ok());
+}
+
+// The base is the least RTT of this window and the last: a lucky sample is
+// forgotten after two windows, and a node new in a peer's slot starts afresh.
+TEST(BaseRtt, LeastOfTwoWindowsAndFreshForANewNode) {
+  BaseRtt b;
+  EXPECT_EQ(b.get(), BaseRtt::kNone);
+  b.note(50, 1000, 100);
+  b.note(80, 1050, 100);
+  EXPECT_EQ(b.get(), 50u);
+  b.note(90, 1200, 100);  // a new window: 50 is still in the one before
+  EXPECT_EQ(b.get(), 50u);
+  b.note(95, 1400, 100);  // and now forgotten
+  EXPECT_EQ(b.get(), 90u);
+  PeerBases peers;
+  EXPECT_EQ(peers.of(5), nullptr);  // no table yet
+  ASSERT_TRUE(peers.make());
+  peers.of(5)->note(10, 0, 100);
+  peers.of(6)->note(20, 0, 100);
+  EXPECT_EQ(peers.of(5)->get(), 10u);
+  EXPECT_EQ(peers.of(6)->get(), 20u);
+  const transport::NodeId later = 5 + transport::kNodeSlots;  // slot 5, a later generation
+  EXPECT_EQ(peers.of(later)->get(), BaseRtt::kNone);
+}
+
+// A derived (auto) target is each peer's own. Latency calls to a near peer
+// (10 us) and a far one (300 us) are each within their peer's target, so
+// bulk runs free; judged by the nearest peer's RTT, every far call would
+// look congested. When the near peer's calls slow to 200 us (below the far
+// peer's RTT, far above its own), bulk is throttled.
+TEST(Scheduler, DerivedTargetIsEachPeersOwn) {
+  QosConfig q = policy("kv");
+  for (QosClass& c : q.policy.classes) {
+    if (c.name == "latency") c.target_rtt_ns = 0;  // auto
+  }
+  Scheduler s(q, Clock{&sim_now, &sim_sleep});
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  constexpr uint64_t kT = RateControl::kIntervalNs;
+  constexpr transport::NodeId kNear = 2, kFar = 3;
+  auto latency = [&](transport::NodeId peer, uint64_t takes_ns) {
+    ASSERT_TRUE(s.set_thread_class("latency").is_ok());
+    Ticket t;
+    ASSERT_TRUE(s.admit(8, Deadline::never(), &t).is_ok());
+    sim_sleep(takes_ns);
+    t.peer = peer;
+    s.complete(t);
+    s.retire(t);
+  };
+  for (int i = 0; i < 20; ++i) sim_op(s, "bulk", 1 << 20, kT / 2);  // bulk's solo rate
+  for (int i = 0; i < 60; ++i) {
+    latency(kNear, 10'000);
+    latency(kFar, 300'000);
+    sim_op(s, "bulk", 1 << 20, kT / 2);
+  }
+  auto cs = s.class_stats();
+  EXPECT_EQ(cs[1].throttles, 0u);
+  EXPECT_EQ(cs[1].rate, RateControl::kUnlimited);
+  for (int i = 0; i < 20; ++i) {
+    latency(kNear, 200'000);
+    latency(kFar, 300'000);
+    sim_op(s, "bulk", 1 << 20, kT / 2);
+  }
+  cs = s.class_stats();
+  EXPECT_GE(cs[1].throttles, 1u);
+  EXPECT_NE(cs[1].rate, RateControl::kUnlimited);
   ASSERT_TRUE(s.set_thread_class("").is_ok());
 }
 
