@@ -161,6 +161,7 @@ class Engine {
   /// completion *src, *len and *token are set; kTruncated (with *len the
   /// needed size) when the request exceeds cap: it then stays queued.
   /// kInvalidArg when func_id was not registered with register_rpc_queue.
+  /// A request already waiting that fits is taken at the call: kDoneReqId.
   Result<ReqId> recv_rpc_async(uint32_t func_id, void* buf, size_t cap, NodeId* src, size_t* len,
                                uint64_t* token);
   /// Answers the request `token` names with `out` (status s is what the
@@ -397,6 +398,8 @@ class Engine {
   void reply_self(uint64_t caller_req, const void* out, size_t len, Status s);
   void queue_rpc(RpcQueue* queue, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
   void deliver_rpc(Request* r, NodeId from, uint64_t caller_req, std::span<const std::byte> in);
+  bool take_waiting_call(RpcQueue* queue, void* buf, size_t cap, NodeId* src, size_t* len,
+                         uint64_t* token);
   void unpost(Request* r, ReqId id);
 
   // ---- msg/send.cc, msg/recv.cc, msg/rndv.cc, msg/credits.cc, msg/stage.cc

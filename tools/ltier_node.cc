@@ -110,6 +110,10 @@ constexpr Command kCommands[] = {
      "FUNC COUNT -> ok COUNT TRUNCATED (a thread answers as rpc_loop does while this one calls "
      "FUNC on its own node COUNT times, then once with a request it denies)",
      cmd_rpc_loop_self},
+    {"rpc_queue_take",
+     "FUNC -> ok done|waited (a call to the own server-loop FUNC, then LT_recvRPC_async: 'done' "
+     "when it took the waiting call at once; then a call too large for a 2-byte receive)",
+     cmd_rpc_queue_take},
     {"rpc_gate",
      "NODE -> ok (async call of the gate function 4, then a blocking call of 5, which opens the "
      "gate, then waits for 4: completes only if the server runs handlers on >= 2 workers)",

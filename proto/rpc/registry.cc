@@ -43,7 +43,7 @@ size_t RpcRegistry::drop_waiting_from(NodeId src) {
   std::shared_lock<std::shared_mutex> g(mu_);
   for (auto& [func, q] : queues_) {
     std::lock_guard<std::mutex> qg(q->mu);
-    n += std::erase_if(q->waiting, [src](const QueuedRpc& r) { return r.src == src; });
+    n += q->drop_from(src);
   }
   return n;
 }

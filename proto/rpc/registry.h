@@ -38,7 +38,7 @@ inline constexpr uint32_t kMaxRpcFunc = 0xffff;
 struct QueuedRpc {
   NodeId src = 0;
   uint64_t caller_req = 0;
-  std::vector<std::byte> data;
+  MsgBytes data;  // inline when small: queueing a call allocates nothing
 };
 
 /// Per server-loop function: requests waiting for receives and receives
@@ -46,8 +46,38 @@ struct QueuedRpc {
 /// guards both (held for queue operations only).
 struct RpcQueue {
   std::mutex mu;
-  std::deque<QueuedRpc> waiting;
   std::deque<PostedRecv> posted;
+
+  /// Requests waiting, through these only (they keep the count). Caller holds mu.
+  bool has_waiting() const { return !waiting_.empty(); }
+  const QueuedRpc& first_waiting() const { return waiting_.front(); }
+  void keep(QueuedRpc&& w) {
+    waiting_.push_back(std::move(w));
+    count(1);
+  }
+  QueuedRpc take() {
+    QueuedRpc w = std::move(waiting_.front());
+    waiting_.pop_front();
+    count(-1);
+    return w;
+  }
+  size_t drop_from(NodeId src) {
+    const size_t n = waiting_.erase_if([src](const QueuedRpc& r) { return r.src == src; });
+    count(-static_cast<int64_t>(n));
+    return n;
+  }
+  /// Whether requests may be waiting, read without mu: a receive takes the
+  /// lock to look for one only then.
+  bool may_have_waiting() const { return queued_.load(std::memory_order_relaxed) != 0; }
+
+ private:
+  void count(int64_t by) {  // only under mu: a plain store
+    queued_.store(queued_.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+  Fifo<QueuedRpc> waiting_;
+  // On a line of its own: written only when requests queue up, so a receive
+  // that reads it (each LT_recvRPC) does not miss on the lock's line.
+  alignas(64) std::atomic<uint64_t> queued_{0};
 };
 
 class RpcRegistry {
@@ -99,7 +129,15 @@ class ReplyTokens {
   uint64_t add(Caller c) {
     std::lock_guard<std::mutex> g(mu_);
     uint64_t t = next_++ ^ salt_;
-    pending_[t] = c;
+    if (spare_.empty()) {
+      pending_[t] = c;
+    } else {  // a node of an answered call: no allocation per call
+      auto node = std::move(spare_.back());
+      spare_.pop_back();
+      node.key() = t;
+      node.mapped() = c;
+      pending_.insert(std::move(node));
+    }
     return t;
   }
   /// The caller `token` names, forgotten; false for an unknown or used token.
@@ -108,13 +146,17 @@ class ReplyTokens {
     auto it = pending_.find(token);
     if (it == pending_.end()) return false;
     *out = it->second;
-    pending_.erase(it);
+    auto node = pending_.extract(it);
+    if (spare_.size() < kSpare) spare_.push_back(std::move(node));
     return true;
   }
 
  private:
+  using Map = std::unordered_map<uint64_t, Caller>;
+  static constexpr size_t kSpare = 64;  // map nodes kept for reuse
   std::mutex mu_;
-  std::unordered_map<uint64_t, Caller> pending_;
+  Map pending_;
+  std::vector<Map::node_type> spare_;
   uint64_t next_ = 1;
   const uint64_t salt_ = random_u64();
 };

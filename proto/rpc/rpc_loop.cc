@@ -2,6 +2,8 @@
 // there until a thread takes one (LT_recvRPC) and answers it by token
 // (LT_replyRPC). Requests and receives are matched FIFO under the queue's
 // own lock.
+#include <cstring>
+
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -26,7 +28,11 @@ void Engine::queue_rpc(RpcQueue* queue, NodeId from, uint64_t caller_req,
       }
     }
     if (r == nullptr) {
-      queue->waiting.push_back({from, caller_req, std::vector<std::byte>(in.begin(), in.end())});
+      QueuedRpc w;
+      w.src = from;
+      w.caller_req = caller_req;
+      w.data.assign(in);
+      queue->keep(std::move(w));
       return;
     }
   }
@@ -50,6 +56,7 @@ Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, No
   }
   RpcQueue* queue = client_.rpcs.queue(func_id);
   if (queue == nullptr) return Code::kInvalidArg;
+  if (take_waiting_call(queue, buf, cap, src, len, token)) return kDoneReqId;
   ReqId id = 0;
   // The function id stands for the port: its queue, for unpost.
   auto r = receive_request(ReqKind::kRpcRecv, func_id, buf, cap, src, len, &id);
@@ -59,22 +66,41 @@ Result<ReqId> Engine::recv_rpc_async(uint32_t func_id, void* buf, size_t cap, No
   QueuedRpc w;
   {
     std::lock_guard<std::mutex> g(queue->mu);
-    if (queue->waiting.empty()) {
+    if (!queue->has_waiting()) {
       queue->posted.push_back({id, req});
       return id;
     }
     req->move(req_gen(id), kStPending, kStClaimed);
-    if (queue->waiting.front().data.size() > cap) {
-      *len = queue->waiting.front().data.size();
-      *src = queue->waiting.front().src;
+    if (const QueuedRpc& f = queue->first_waiting(); f.data.view().size() > cap) {
+      *len = f.data.view().size();
+      *src = f.src;
       finish(req, Code::kTruncated);  // the request stays first in line
       return id;
     }
-    w = std::move(queue->waiting.front());
-    queue->waiting.pop_front();
+    w = queue->take();
   }
-  deliver_rpc(req, w.src, w.caller_req, w.data);
+  deliver_rpc(req, w.src, w.caller_req, w.data.view());
   return id;
+}
+
+// A server-loop receive that finds a request waiting, with room for it,
+// takes it at the call: no request slot, completion or wait, as a message
+// receive does (recv.cc), and with QoS classes off for the same reason.
+bool Engine::take_waiting_call(RpcQueue* queue, void* buf, size_t cap, NodeId* src, size_t* len,
+                               uint64_t* token) {
+  if (!queue->may_have_waiting() || sched_.enabled()) return false;
+  QueuedRpc w;
+  {
+    std::lock_guard<std::mutex> g(queue->mu);
+    if (!queue->has_waiting() || queue->first_waiting().data.view().size() > cap) return false;
+    w = queue->take();
+  }
+  std::span<const std::byte> in = w.data.view();
+  if (!in.empty()) std::memcpy(buf, in.data(), in.size());
+  *src = w.src;
+  *len = in.size();
+  *token = client_.reply_tokens.add({w.src, w.caller_req});
+  return true;
 }
 
 Status Engine::reply_rpc(uint64_t token, const void* out, size_t len, Status s) {

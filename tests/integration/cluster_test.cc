@@ -307,6 +307,10 @@ TEST_P(ThreeNodes, RpcToOwnServerLoop) {
   std::string done = nodes_[2]->cmd("rpc_loop_self 6 12", 60000);
   EXPECT_TRUE(done.rfind("ok 12 ", 0) == 0) << done;
   EXPECT_NE(done, "ok 12 0") << "no request outgrew the server's 4-byte buffer";
+  // A call already waiting in the queue is taken at the LT_recvRPC_async
+  // call (LT_REQ_DONE); one larger than the receive's buffer still goes
+  // through a request (TRUNCATED, left queued for the next receive).
+  EXPECT_EQ(nodes_[2]->cmd("rpc_queue_take 6", 60000), "ok done");
 }
 
 // An async op that can be done at once (here an atomic on this node's own

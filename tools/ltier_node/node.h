@@ -187,6 +187,7 @@ std::string cmd_rpc_timeout(lt_engine_t* e, Args& a);
 std::string cmd_rpc_timeout_func(lt_engine_t* e, Args& a);
 std::string cmd_rpc_loop(lt_engine_t* e, Args& a);
 std::string cmd_rpc_loop_self(lt_engine_t* e, Args& a);
+std::string cmd_rpc_queue_take(lt_engine_t* e, Args& a);
 std::string cmd_rpc_gate(lt_engine_t* e, Args& a);
 std::string cmd_send(lt_engine_t* e, Args& a);
 std::string cmd_recv(lt_engine_t* e, Args& a);

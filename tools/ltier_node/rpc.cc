@@ -241,6 +241,45 @@ std::string cmd_rpc_loop_self(lt_engine_t* e, Args& a) {
   return "ok " + std::to_string(count) + " " + std::to_string(truncated.load());
 }
 
+// A call to this node's own server-loop function FUNC waits in its queue;
+// LT_recvRPC_async then takes it. "ok done|waited": whether it was taken at
+// the call (LT_REQ_DONE) or through a request. The call gets its bytes back
+// reversed. A second call larger than the receive's 2-byte buffer is
+// refused to that receive (TRUNCATED, left queued) and taken by the next.
+std::string cmd_rpc_queue_take(lt_engine_t* e, Args& a) {
+  uint32_t func = a.u32();
+  const lt_node_t self = LT_node_id(e);
+  unsigned char in[3] = {1, 2, 3}, out[3] = {};
+  size_t out_len = 0;
+  lt_req_t call = 0;
+  if (int rc = LT_RPC_async(e, self, func, in, 3, out, 3, &out_len, &call); rc) return err(rc);
+  unsigned char buf[8];
+  lt_node_t src = 0;
+  size_t n = 0;
+  lt_rpc_token_t tok = 0;
+  lt_req_t recv = 0;
+  if (int rc = LT_recvRPC_async(e, func, buf, sizeof buf, &src, &n, &tok, &recv); rc)
+    return err(rc);
+  const bool done = recv == LT_REQ_DONE;
+  if (int rc = LT_wait(e, recv, -1); rc) return err(rc) + " receiving";
+  if (src != self || n != 3 || std::memcmp(buf, in, 3) != 0) return "err wrong request";
+  std::reverse(buf, buf + 3);
+  if (int rc = LT_replyRPC(e, tok, buf, 3, 0); rc) return err(rc) + " replying";
+  if (int rc = LT_wait(e, call, -1); rc) return err(rc) + " calling";
+  if (out_len != 3 || out[0] != 3 || out[2] != 1) return "err wrong reply";
+  unsigned char big[5] = {9, 9, 9, 9, 9};
+  if (int rc = LT_RPC_async(e, self, func, big, 5, nullptr, 0, &out_len, &call); rc) return err(rc);
+  int rc = LT_recvRPC(e, func, buf, 2, &src, &n, &tok, -1);
+  if (rc != -LT_ERR_TRUNCATED || n != 5) return "err the large request gave " + err(rc);
+  if ((rc = LT_recvRPC(e, func, buf, sizeof buf, &src, &n, &tok, -1)) != 0 || n != 5) {
+    return err(rc) + " taking the large request";
+  }
+  if ((rc = LT_replyRPC(e, tok, nullptr, 0, 0)) != 0 || (rc = LT_wait(e, call, -1)) != 0) {
+    return err(rc) + " answering the large request";
+  }
+  return std::string("ok ") + (done ? "done" : "waited");
+}
+
 std::string cmd_rpc_gate(lt_engine_t* e, Args& a) {
   lt_node_t node = a.node();
   char req[3] = {7, 8, 9}, rep[3];

@@ -229,6 +229,8 @@ int LT_regRPC_loop(lt_engine_t* e, uint32_t func_id);
  * -LT_ERR_INVAL if func_id was not registered with LT_regRPC_loop. */
 int LT_recvRPC(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src, size_t* len,
                lt_rpc_token_t* token, int64_t timeout_us);
+/* A request already queued that fits in cap is taken at the call: *req is
+ * then LT_REQ_DONE. */
 int LT_recvRPC_async(lt_engine_t* e, uint32_t func_id, void* buf, size_t cap, lt_node_t* src,
                      size_t* len, lt_rpc_token_t* token, lt_req_t* req);
 /* Sends the reply for `token`: out[0, out_len) with status 0, or a negative

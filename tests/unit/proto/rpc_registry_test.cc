@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "proto/rpc/registry.h"
 
 namespace lt::proto {
@@ -68,21 +72,70 @@ TEST(ReplyTokens, ATokenAnswersOnce) {
   EXPECT_EQ(c.src, 3u);
 }
 
+// Tokens stay right while answered calls' map nodes are reused: each token
+// names its own caller once, whatever the order of the answers.
+TEST(ReplyTokens, ReusedNodesKeepTokensApart) {
+  ReplyTokens t;
+  std::vector<std::pair<uint64_t, uint64_t>> live;  // token, its caller's request
+  uint64_t next_req = 0, seen = 0;
+  auto answer = [&](size_t pick) {
+    ReplyTokens::Caller c;
+    ASSERT_TRUE(t.take(live[pick].first, &c));
+    EXPECT_EQ(c.caller_req, live[pick].second);
+    EXPECT_FALSE(t.take(live[pick].first, &c)) << "answered twice";
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
+    ++seen;
+  };
+  for (int round = 0; round < 300; ++round) {
+    for (int k = 0; k < 3; ++k) {
+      live.emplace_back(t.add({static_cast<NodeId>(k + 1), next_req}), next_req);
+      ++next_req;
+    }
+    answer(live.size() / 2);  // out of order: the middle one, then the oldest
+    answer(0);
+  }
+  while (!live.empty()) answer(0);
+  EXPECT_EQ(seen, next_req);
+}
+
 TEST(RpcRegistry, DropWaitingFromRemovesOnlyThatCallersRequests) {
   RpcRegistry r;
   ASSERT_TRUE(r.add_queue(1).is_ok());
   ASSERT_TRUE(r.add_queue(2).is_ok());
   for (uint32_t f : {1u, 2u}) {
     RpcQueue* q = r.queue(f);
-    q->waiting.push_back({7, 100, {}});
-    q->waiting.push_back({8, 101, {}});
-    q->waiting.push_back({7, 102, {}});
+    std::lock_guard<std::mutex> g(q->mu);
+    q->keep({7, 100, {}});
+    q->keep({8, 101, {}});
+    q->keep({7, 102, {}});
   }
   EXPECT_EQ(r.drop_waiting_from(7), 4u);
   for (uint32_t f : {1u, 2u}) {
-    ASSERT_EQ(r.queue(f)->waiting.size(), 1u);
-    EXPECT_EQ(r.queue(f)->waiting.front().caller_req, 101u);
+    RpcQueue* q = r.queue(f);
+    EXPECT_TRUE(q->may_have_waiting());
+    std::lock_guard<std::mutex> g(q->mu);
+    ASSERT_TRUE(q->has_waiting());
+    EXPECT_EQ(q->take().caller_req, 101u);
+    EXPECT_FALSE(q->has_waiting());
+    EXPECT_FALSE(q->may_have_waiting());  // what a receive reads without the lock
   }
+}
+
+// Queued requests keep their bytes whole, small (inline) and large.
+TEST(RpcRegistry, QueuedRequestsKeepTheirBytes) {
+  RpcRegistry r;
+  ASSERT_TRUE(r.add_queue(3).is_ok());
+  RpcQueue* q = r.queue(3);
+  std::lock_guard<std::mutex> g(q->mu);
+  std::vector<std::byte> small(5, std::byte{1}), large(5000, std::byte{2});
+  QueuedRpc a, b;
+  a.data.assign(small);
+  b.data.assign(large);
+  q->keep(std::move(a));
+  q->keep(std::move(b));
+  QueuedRpc x = q->take(), y = q->take();
+  EXPECT_TRUE(std::ranges::equal(x.data.view(), small));
+  EXPECT_TRUE(std::ranges::equal(y.data.view(), large));
 }
 
 }  // namespace

@@ -1,0 +1,89 @@
+// ltier-perf's parts: the server node and the join trials (server.cc), the
+// measurements, one function per operation (ops.cc), and what they share.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ltier/lt.h"
+
+namespace ltier_perf {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr int kWindow = 16;           // messages in flight when streaming (ucx_perftest -O)
+inline constexpr size_t kMaxMsg = 8u << 20;  // largest message the perf server receives
+inline constexpr uint32_t kEchoFunc = 1;     // the server's echo handler (LT_regRPC)
+inline constexpr uint32_t kLoopFunc = 2;     // its echo served by a server loop (LT_recvRPC)
+
+double us_since(Clock::time_point t0);
+
+// Per-iteration latencies: lap() at the end of each iteration records the
+// time since the previous lap (one clock read per iteration).
+class Laps {
+ public:
+  explicit Laps(int n) {
+    lat_.reserve(static_cast<size_t>(n));
+    prev_ = Clock::now();
+  }
+  void lap(bool keep) {
+    auto now = Clock::now();
+    if (keep) lat_.push_back(std::chrono::duration<double, std::micro>(now - prev_).count());
+    prev_ = now;
+  }
+  const std::vector<double>& lat() const { return lat_; }
+
+ private:
+  Clock::time_point prev_;
+  std::vector<double> lat_;
+};
+
+double pct(std::vector<double> v, double p);
+[[noreturn]] void die(const char* what, int rc);
+lt_join_opts_t opts_for(const std::string& manager, const std::string& secret);
+
+// ---- server.cc
+// Child processes are this program started again (not forks: this process
+// already has threads). "--serve-node MANAGER SECRET [loop]" serves until
+// its stdin closes (with "loop", a server-loop thread for kLoopFunc too);
+// "--join-trial MANAGER SECRET NODE" prints its join timings.
+int serve_node_main(const std::string& manager, const std::string& secret, bool loop);
+int join_trial_main(const std::string& manager, const std::string& secret, lt_node_t server);
+/// Starts the server node with a pipe on its stdin; closing *stop_fd (at
+/// exit or explicitly) stops it.
+pid_t start_server(const std::string& manager, const std::string& secret, bool loop, int* stop_fd);
+lt_node_t wait_for_peer(lt_engine_t* e);
+void run_join(const std::string& manager, const std::string& secret, lt_node_t server, int tries);
+
+// ---- ops.cc
+/// What every measurement gets: the engine, the server node, an LMR of
+/// `window` x the largest size on it, a local buffer as large, and the
+/// command line's settings.
+struct Run {
+  lt_engine_t* e = nullptr;
+  lt_node_t peer = 0;
+  lt_lmr_t h = 0;
+  std::vector<char>* buf = nullptr;
+  std::vector<uint64_t> sizes;
+  int iters = 10000, warmup = -1, window = 16;
+  bool bw = false;
+
+  /// Iterations for a latency run of `size`: fewer for large sizes.
+  int iters_for(uint64_t size) const;
+  int warmup_for(int n) const { return warmup >= 0 ? warmup : n / 10 + 1; }
+};
+
+void op_fetch_add(const Run& r);
+void op_rpc(const Run& r);       // LT_RPC to the handler, per size
+void op_rpc_loop(const Run& r);  // LT_RPC to the server loop: round trip and rate
+void op_rpc_rate(const Run& r);
+void op_send(const Run& r);  // ping-pong, and streaming with --bw
+void op_burst(const Run& r);
+void op_rma(const Run& r, bool is_read);     // LT_read / LT_write round trips
+void op_rma_bw(const Run& r, bool is_read);  // with --bw: `window` in flight
+
+}  // namespace ltier_perf
