@@ -19,6 +19,7 @@ void Engine::handle(const Completion& c) {
   // told us yet) takes the slot over; one older than the slot's holder is
   // gone, and what it sent last is dropped.
   if (!peers_.owns(c.peer) && !claim_peer(c.peer)) return;
+  if (c.src_cpu != kCpuUnknown) peer_cpu_.note(c.peer, c.src_cpu);
   if (c.len == 0) {  // only a write-with-immediate into an RPC ring has no message
     handle_ring(c.peer, c.imm);
     return;

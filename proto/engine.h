@@ -476,6 +476,7 @@ class Engine {
   // calling, though between two calls it may not be spinning right now.
   std::atomic<uint64_t> spin_ends_{0};
   std::atomic<bool> sleeper_{false};  // a caller went to sleep: don't park for spin_ends_
+  PeerCpu peer_cpu_;                  // where the last hinted record's sender ran (YieldPacer)
   ParkTimer park_timer_;
   static constexpr int kMaxBatchesPerPass = 16;
   // While passes find work, the progress thread looks at the manager socket

@@ -20,6 +20,7 @@
 #include "proto/lmr/lmr.h"
 #include "proto/msg.h"
 #include "proto/wait.h"
+#include "proto/yield_pacer.h"
 #include "qos/scheduler.h"
 #include "transport/transport.h"
 

@@ -3,7 +3,8 @@
 // a thread) and a server node (a child process), then measures from this
 // process. Output lines are machine-readable:
 //
-//   lat op=read size=8 iters=N p50_us=X p99_us=Y       (round trip of one op)
+//   lat op=read size=8 iters=N p50_us=X p99_us=Y p999_us=Z avg_us=A
+//                                                       (round trip of one op)
 //   bw op=write size=1048576 window=W MBps=X            (W ops in flight)
 //   join op=first_op p50_us=X p90_us=Y                  (fresh process: LT_join
 //        start to its first completed operation on a peer, an LT_malloc)

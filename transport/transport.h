@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cpu_hint.h"
 #include "common/mac.h"
 #include "common/status.h"
 #include "common/time.h"
@@ -188,6 +189,9 @@ struct Completion {  // rx valid until release_rx()
   NodeId peer = kNoNode;
   uint32_t len = 0, imm = 0;
   const std::byte* rx = nullptr;
+  // Where the sender ran when it sent this (common/cpu_hint.h); transports
+  // that cannot tell (all but shm) leave it unknown.
+  CpuHint src_cpu = kCpuUnknown;
 };
 
 /// One transport's address for a peer: the transport's name() and what its

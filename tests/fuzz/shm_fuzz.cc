@@ -250,7 +250,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RecHeader h{};
     h.kind = kind;
     h.imm = imm;
-    h.reserved[0] = flags;  // ignored by the consumer
+    h.reserved = flags;                       // ignored by the consumer
+    h.cpu = static_cast<uint16_t>(imm >> 8);  // a hint only: any value is harmless
     uint64_t bytes;
     if (kind == static_cast<uint8_t>(RecKind::kPad)) {
       h.len = oversize ? static_cast<uint32_t>(len) : static_cast<uint32_t>(contig - kRecHdr);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_hint.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/spinlock.h"
@@ -425,9 +426,13 @@ class ShmConn {
   // Writes a record's header but its stamp; the payload goes in next, then
   // publish_record() stamps it.
   void write_header(uint64_t idx, RecKind k, uint64_t len, uint32_t imm, uint64_t total) {
-    RecHeader h{
-        0, static_cast<uint32_t>(len), imm, static_cast<uint32_t>(total), static_cast<uint8_t>(k),
-        {}};
+    RecHeader h{0,
+                static_cast<uint32_t>(len),
+                imm,
+                static_cast<uint32_t>(total),
+                static_cast<uint8_t>(k),
+                0,
+                this_cpu_hint()};
     std::memcpy(tx_ring_ + idx + sizeof(h.stamp),
                 reinterpret_cast<const std::byte*>(&h) + sizeof(h.stamp),
                 sizeof(h) - sizeof(h.stamp));

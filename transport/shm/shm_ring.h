@@ -83,7 +83,8 @@ struct RecHeader {
   uint32_t imm;    // kMsg, kFragFirst: the immediate (0 for kSend)
   uint32_t total;  // kFragFirst: bytes of the whole message; else 0
   uint8_t kind;    // RecKind
-  uint8_t reserved[3];
+  uint8_t reserved;
+  uint16_t cpu;  // the producer's CPU when it wrote the record, as a CpuHint (0: unknown)
 };
 static_assert(sizeof(RecHeader) == 24);
 static_assert(offsetof(RecHeader, stamp) == 0);

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -464,6 +465,47 @@ TEST(ShmTransportTest, PlacementWritesRegisteredMemoryBeforeLaterMessages) {
       ASSERT_EQ(dst[kGuard + len + i], std::byte{0xee}) << "guard after, len " << len;
     }
     b->deregister_memory(*reg);
+  }
+}
+
+// Each record names the CPU its sender wrote it on (a scheduling hint for the
+// receiver's waiters), whole messages and fragmented ones alike.
+TEST(ShmTransportTest, MessagesCarryTheSendersCpu) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(connect_pair(&p));
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &mask)) continue;
+    CpuHint got = kCpuUnknown;
+    uint32_t got_len = 0;
+    std::thread sender([&] {  // pinned to `cpu`, so the record's hint is known
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+      static std::vector<std::byte> big(1u << 20, std::byte{7});  // fragmented
+      for (size_t len : {size_t{8}, big.size()}) {
+        WorkRequest wr = send_wr(big.data(), len);
+        auto r = p.ab->post(std::span<const WorkRequest>(&wr, 1));
+        ASSERT_TRUE(r.is_ok() && *r == 1u);
+        bool seen = false;
+        Deadline d = Deadline::after_ms(kWaitMs);
+        while (!seen && !d.expired()) {
+          poll_once(p.b.get(), [&](const Completion& c) {
+            if (c.kind != CqKind::kRecv) return;
+            got = c.src_cpu;
+            got_len = c.len;
+            seen = true;
+          });
+          poll_once(p.a.get(), [](const Completion&) {});
+        }
+        ASSERT_TRUE(seen) << len;
+        EXPECT_EQ(got_len, len);
+        EXPECT_EQ(got, static_cast<CpuHint>(cpu + 1)) << "len " << len;
+      }
+    });
+    sender.join();
   }
 }
 
