@@ -41,6 +41,9 @@ inline constexpr uint32_t kClockPolls = 16;        // polls per clock read while
 inline constexpr uint64_t kSweepNs = 1000000000ull;
 inline constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
 inline constexpr size_t kMaxRemoteMaps = 64;  // mapped peer regions cached per connection
+// One-sided ops up to this size run under the connection's map lock
+// (ShmConn::one_sided); larger ones hold a reference to the region instead.
+inline constexpr size_t kAccessUnderLockBytes = 256;
 inline constexpr uint64_t kMinFragRecord = 1024;
 
 // epoll tags: connections are 8-byte aligned pointers; a bell sets bit 1.
@@ -376,6 +379,8 @@ class ShmConn {
   Status one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell);
   Status place(const WorkRequest& wr, size_t len) const;
   Result<std::shared_ptr<RemoteMap>> remote_map(uint64_t rkey);
+  // A read, write or atomic on a region mapped at `base`, after its checks.
+  static Status access(const WorkRequest& wr, size_t len, std::byte* base, size_t map_len);
 
   void lock_tx() {
     send_lock_.lock();
