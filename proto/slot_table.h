@@ -4,6 +4,7 @@
 // kBadHandle and touches nothing. Thread-safe: lookups share a reader lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -24,6 +25,12 @@ class SlotTable {
   /// Slots are created on demand (a deque keeps references stable), so an
   /// engine that holds few handles pays for few.
   explicit SlotTable(uint32_t capacity) : capacity_(capacity > kMaxSlots ? kMaxSlots : capacity) {}
+
+  /// Moves whenever a value is erased; starts at a random value, so a table
+  /// made where an old one was does not look like it. A reader that saw
+  /// (table, erasures()) and a value's id may use the value it got then
+  /// for as long as erasures() has not moved: no id it looked up is gone.
+  uint64_t erasures() const { return erasures_.load(std::memory_order_acquire); }
 
   /// kNoResource when full.
   Result<uint64_t> insert(T v) {
@@ -69,6 +76,7 @@ class SlotTable {
       s.v = T{};
       s.live = false;
       free_.push_back(i);
+      bump_erasures();
     }
   }
 
@@ -80,6 +88,7 @@ class SlotTable {
     s->v = T{};
     s->live = false;
     free_.push_back(static_cast<uint32_t>(id & (kMaxSlots - 1)));
+    bump_erasures();
     return Status::ok();
   }
 
@@ -100,7 +109,13 @@ class SlotTable {
     return &s;
   }
 
+  // Under the writer lock: a plain increment, published by a release store.
+  void bump_erasures() {
+    erasures_.store(erasures_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+
   mutable std::shared_mutex mu_;
+  std::atomic<uint64_t> erasures_{random_u64()};
   uint32_t capacity_;
   std::deque<Slot> slots_;
   std::vector<uint32_t> free_;

@@ -150,7 +150,7 @@ Result<uint64_t> Engine::lmr_size(LmrHandle h) const {
 }
 
 Status Engine::check_access(LmrHandle h, uint32_t need, uint64_t off, uint64_t len) const {
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   return client_.handles.check(h, need, off, len, &m);
 }
 

@@ -1,6 +1,64 @@
 #include "proto/lmr/handles.h"
 
+#include "common/tls.h"
+
 namespace lt::proto {
+
+namespace {
+
+// The calling thread's last handle lookup: the table (its address and its
+// erasures() then), the handle, and a reference that keeps the mapping alive
+// until the thread looks up another handle. `lent` while a MappingRef
+// borrows it.
+struct HandleCache {
+  const HandleTable* table = nullptr;
+  uint64_t erasures = 0;
+  LmrHandle h = 0;
+  std::shared_ptr<const Mapping> m;
+  bool lent = false;
+};
+
+HandleCache& handle_cache() {
+  LT_TLS_FAST static thread_local HandleCache c;
+  return c;
+}
+
+}  // namespace
+
+Status HandleTable::check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len,
+                          MappingRef* m) const {
+  HandleCache& c = handle_cache();
+  // Read before the lookup: an erase after this read makes the next check
+  // miss, never the other way round.
+  const uint64_t erasures = table_.erasures();
+  const Mapping* p = nullptr;
+  std::shared_ptr<const Mapping> own;
+  if (!c.lent && c.m != nullptr && c.h == h && c.table == this && c.erasures == erasures) {
+    p = c.m.get();
+  } else {
+    std::shared_ptr<Mapping> got;
+    LT_RETURN_IF_ERROR(table_.get(h, &got));
+    p = got.get();
+    if (c.lent) {  // an outer operation of this thread holds the cache
+      own = std::move(got);
+    } else {
+      c.table = this;
+      c.erasures = erasures;
+      c.h = h;
+      c.m = std::move(got);
+    }
+  }
+  if ((p->rights & need) != need) return Code::kPerm;
+  if (off > p->size || len > p->size - off) return Code::kOutOfBounds;
+  m->p_ = p;
+  if (own != nullptr) {
+    m->own_ = std::move(own);
+  } else {
+    c.lent = true;
+    m->lent_ = &c.lent;
+  }
+  return Status::ok();
+}
 
 Status HandleTable::add_name(const std::string& name, LmrHandle h, uint32_t max_rights) {
   std::lock_guard<std::mutex> g(names_mu_);

@@ -22,6 +22,28 @@ namespace lt::proto {
 
 using LmrHandle = uint64_t;
 
+/// A checked mapping, valid while the MappingRef lives. It borrows the
+/// calling thread's cached lookup (HandleTable::check), or owns a reference
+/// when the cache is already lent to an outer operation of the thread (an
+/// RPC handler run inside a wait) or holds another handle.
+class MappingRef {
+ public:
+  MappingRef() = default;
+  MappingRef(const MappingRef&) = delete;
+  MappingRef& operator=(const MappingRef&) = delete;
+  ~MappingRef() {
+    if (lent_ != nullptr) *lent_ = false;
+  }
+  const Mapping& operator*() const { return *p_; }
+  const Mapping* operator->() const { return p_; }
+
+ private:
+  friend class HandleTable;
+  const Mapping* p_ = nullptr;
+  std::shared_ptr<const Mapping> own_;
+  bool* lent_ = nullptr;  // the thread cache's flag, cleared when this goes
+};
+
 class HandleTable {
  public:
   explicit HandleTable(uint32_t capacity) : table_(capacity) {}
@@ -31,16 +53,11 @@ class HandleTable {
   Status erase(LmrHandle h) { return table_.erase(h, nullptr); }
 
   /// The handle's mapping once `need` rights and [off, off + len) check
-  /// out: kBadHandle, kPerm, kOutOfBounds.
-  Status check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len,
-               std::shared_ptr<const Mapping>* m) const {
-    std::shared_ptr<Mapping> p;
-    LT_RETURN_IF_ERROR(table_.get(h, &p));
-    if ((p->rights & need) != need) return Code::kPerm;
-    if (off > p->size || len > p->size - off) return Code::kOutOfBounds;
-    *m = std::move(p);
-    return Status::ok();
-  }
+  /// out: kBadHandle, kPerm, kOutOfBounds. `m` must be empty. A handle
+  /// looked up again by the same thread, with no handle erased from the
+  /// table since, comes from the thread's cache: no lock and no reference
+  /// count, so an 8-byte LT_read pays no locked instruction for its handle.
+  Status check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, MappingRef* m) const;
 
   /// Remembers `name` -> (h, max_rights); kExists if the name is taken here.
   Status add_name(const std::string& name, LmrHandle h, uint32_t max_rights);

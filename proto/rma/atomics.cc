@@ -70,7 +70,7 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
 bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t operand,
                         uint64_t compare, uint64_t* old, Status* s) {
   if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   *s = client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m);
   if (!s->is_ok()) return true;
   if (off % sizeof(uint64_t) != 0) return (*s = Code::kAlign), true;
@@ -83,7 +83,7 @@ bool Engine::atomic_now(LmrHandle h, uint64_t off, bool fetch_add, uint64_t oper
 Result<ReqId> Engine::atomic_async(LmrHandle h, uint64_t off, AtomicKind kind, uint64_t operand,
                                    uint64_t compare, uint64_t* old) {
   if (old == nullptr) return Code::kInvalidArg;
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightAtomic, off, sizeof(uint64_t), &m));
   if (off % sizeof(uint64_t) != 0) return Code::kAlign;
   // The slot first: an atomic done at once must not be followed by a

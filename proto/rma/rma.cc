@@ -59,7 +59,7 @@ bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf
 
 bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status* s) {
   if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   *s = client_.handles.check(h, kRightRead, off, len, &m);
   if (!s->is_ok()) return true;
   if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
@@ -71,7 +71,7 @@ bool Engine::read_now(LmrHandle h, uint64_t off, void* buf, uint64_t len, Status
 
 bool Engine::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len, Status* s) {
   if (expelled_.load(std::memory_order_relaxed)) return (*s = Code::kClosed), true;
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   *s = client_.handles.check(h, kRightWrite, off, len, &m);
   if (!s->is_ok()) return true;
   if (buf == nullptr && len != 0) return (*s = Code::kInvalidArg), true;
@@ -83,7 +83,7 @@ bool Engine::write_now(LmrHandle h, uint64_t off, const void* buf, uint64_t len,
 }
 
 Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t len) {
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightRead, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
@@ -104,7 +104,7 @@ Result<ReqId> Engine::read_async(LmrHandle h, uint64_t off, void* buf, uint64_t 
 }
 
 Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, uint64_t len) {
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
   if (buf == nullptr && len != 0) return Code::kInvalidArg;
   if (len == 0) return done_request(Status::ok());
@@ -122,7 +122,7 @@ Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, ui
 }
 
 Result<ReqId> Engine::memset_async(LmrHandle h, uint64_t off, uint8_t value, uint64_t len) {
-  std::shared_ptr<const Mapping> m;
+  MappingRef m;
   LT_RETURN_IF_ERROR(client_.handles.check(h, kRightWrite, off, len, &m));
   if (len == 0) return done_request(Status::ok());
   ReqId id = 0;
@@ -182,7 +182,7 @@ Status Engine::local_copy(const Mapping& dst, uint64_t doff, const Mapping& src,
 
 Result<ReqId> Engine::memcpy_async(LmrHandle dst, uint64_t dst_off, LmrHandle src, uint64_t src_off,
                                    uint64_t len) {
-  std::shared_ptr<const Mapping> d, s;
+  MappingRef d, s;
   LT_RETURN_IF_ERROR(client_.handles.check(dst, kRightWrite, dst_off, len, &d));
   LT_RETURN_IF_ERROR(client_.handles.check(src, kRightRead, src_off, len, &s));
   if (len == 0) return done_request(Status::ok());
