@@ -170,6 +170,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "after serving a peer, the progress thread keeps polling at least this long (up to "
        "twice the usual gap between requests, at most 500 us) before it sleeps",
        K::kU32, &c.engine.progress_spin_us},
+      {"engine.move_spinners", "LTIER_MOVE_SPINNERS",
+       "1: a waiting caller that keeps handing its CPU to a same-host peer running there moves "
+       "itself to another CPU of its affinity mask (the mask is kept); 0: it never moves",
+       K::kU32, &c.engine.move_spinners},
       {"engine.op_timeout_ms", "LTIER_OP_TIMEOUT_MS", "default timeout of blocking calls", K::kU32,
        &c.engine.op_timeout_ms},
       {"engine.max_outstanding", "LTIER_MAX_OUTSTANDING", "request slots per engine", K::kU32,

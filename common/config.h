@@ -75,6 +75,7 @@ struct VerbsConfig {
 struct EngineConfig {
   uint32_t spin_us = 50;                // a waiter spins this long before it blocks
   uint32_t progress_spin_us = 30;       // after serving a peer, the progress thread polls this long
+  uint32_t move_spinners = 1;           // a waiter may move off a CPU it shares with its peer
   uint32_t op_timeout_ms = 10000;       // default timeout of blocking calls
   uint32_t max_outstanding = 4096;      // request slots per engine
   uint64_t max_lmr_bytes = 1ull << 34;  // largest single LT_malloc served by this node

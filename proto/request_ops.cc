@@ -85,7 +85,8 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.
   uint64_t spin_until = 0, started = 0, last_now = 0;
-  YieldPacer pacer(kSpinYieldNs, &peer_cpu_, r->peer.load(std::memory_order_relaxed));
+  YieldPacer pacer(kSpinYieldNs, &peer_cpu_, r->peer.load(std::memory_order_relaxed),
+                   config_.engine.move_spinners != 0);
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; !r->done(); ++i) {
     if (!progress(&r->word)) cpu_relax();

@@ -65,7 +65,7 @@ YieldPacer::Did YieldPacer::maybe_yield(uint64_t* now) {
 
 void YieldPacer::handed(uint64_t at, CpuHint peer) {
   Streak& s = streak();
-  if (peer == kCpuUnknown) {  // a tcp peer, or none yet: nothing says the two share this core
+  if (peer == kCpuUnknown || !may_move_) {  // a tcp peer, or none yet: nothing says the two share
     s.hand_offs = 0;
     return;
   }

@@ -69,9 +69,10 @@ bool move_to_another_cpu();
 class YieldPacer {
  public:
   /// `peers` may be null (no hints: always yield when due); `peer` is the
-  /// node the wait is for (kNoNode: any).
-  YieldPacer(uint64_t max_gap_ns, const PeerCpu* peers, transport::NodeId peer)
-      : max_gap_ns_(max_gap_ns), peers_(peers), peer_(peer) {}
+  /// node the wait is for (kNoNode: any); `may_move`: engine.move_spinners.
+  YieldPacer(uint64_t max_gap_ns, const PeerCpu* peers, transport::NodeId peer,
+             bool may_move = true)
+      : max_gap_ns_(max_gap_ns), peers_(peers), peer_(peer), may_move_(may_move) {}
 
   /// A new spin: the first yield after one gap.
   void start(uint64_t now) { next_ns_ = now + gap_ns_; }
@@ -105,6 +106,7 @@ class YieldPacer {
   const uint64_t max_gap_ns_;
   const PeerCpu* const peers_;
   const transport::NodeId peer_;
+  const bool may_move_;
   uint64_t gap_ns_ = kMinGapNs;
   uint64_t next_ns_ = 0;
 };

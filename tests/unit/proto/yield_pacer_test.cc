@@ -122,8 +122,9 @@ bool count_move() {
 // Each tells the other where it runs, as a shared-memory record does. Their
 // yields hand the core to each other, so the pacer asks to move the thread
 // off that CPU; with `hinted` false (a tcp peer: nothing tells where it runs)
-// it never does. (The mover is a counter here: pinned, the threads stay.)
-int run_players(bool hinted) {
+// or `may_move` false (engine.move_spinners 0) it never does. (The mover is a counter here: pinned,
+// the threads stay.)
+int run_players(bool hinted, bool may_move = true) {
   const std::vector<int> cpus = allowed_cpus();
   if (cpus.empty()) return -1;
   YieldPacer::set_mover(count_move);
@@ -137,7 +138,7 @@ int run_players(bool hinted) {
   auto player = [&](int me) {
     if (!set_mask(cpus_of({cpus[0]}))) return;
     for (uint64_t k = me; !stop.load(std::memory_order_relaxed); k += 2) {
-      YieldPacer pacer(4000, hinted ? &seen_by[me] : nullptr, 1 + (1 - me));
+      YieldPacer pacer(4000, hinted ? &seen_by[me] : nullptr, 1 + (1 - me), may_move);
       const uint64_t spin_until = now_ns() + kSpinNs;
       pacer.start(now_ns());
       for (uint32_t i = 1;; ++i) {
@@ -165,8 +166,9 @@ int run_players(bool hinted) {
   // Hinted: until the pacer asks for a move (bounded, so a broken pacer
   // fails instead of hanging). Not hinted: a fixed number of hops.
   const uint64_t give_up = now_ns() + 20'000'000'000ull;
+  const bool until_moved = hinted && may_move;
   while (now_ns() < give_up &&
-         (hinted ? g_move_calls.load() == 0 : hops.load() < 20 * YieldPacer::kMoveAfter)) {
+         (until_moved ? g_move_calls.load() == 0 : hops.load() < 20 * YieldPacer::kMoveAfter)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   stop.store(true);
@@ -183,6 +185,8 @@ TEST(YieldPacer, HandOffsToAPeerOnThisCpuMoveTheThread) {
 }
 
 TEST(YieldPacer, NoMoveWithoutAHint) { EXPECT_EQ(run_players(false), 0); }
+
+TEST(YieldPacer, NoMoveWhenTheEngineSaysSo) { EXPECT_EQ(run_players(true, false), 0); }
 
 }  // namespace
 }  // namespace lt::proto
