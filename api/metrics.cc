@@ -133,6 +133,19 @@ class EngineCollector final : public prometheus::Collectable {
       add(&conns, {{"node", node}, {"transport", name}}, static_cast<double>(t.connections));
     }
     out.push_back(std::move(conns));
+    auto rexmit =
+        family("ltier_transport_retransmits_total",
+               "ud: datagrams sent again (timeouts, reported holes)", MetricType::Counter);
+    auto cuts = family("ltier_transport_window_cuts_total",
+                       "ud: congestion window cuts (losses, timeouts)", MetricType::Counter);
+    for (const auto& [name, t] : transports) {
+      if (name != "ud") continue;
+      add(&rexmit, {{"node", node}, {"transport", name}}, static_cast<double>(t.retransmits));
+      add(&cuts, {{"node", node}, {"transport", name}}, static_cast<double>(t.window_cuts));
+    }
+    for (auto* f : {&rexmit, &cuts}) {
+      if (!f->metric.empty()) out.push_back(std::move(*f));
+    }
     add_peer_traffic(node, transports, traffic, &out);
     return out;
   }

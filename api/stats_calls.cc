@@ -56,6 +56,8 @@ int LT_stats(lt_engine_t* e, lt_stats_t* out) {
     o.queue_pairs = t.queue_pairs;
     o.spare_queue_pairs = t.spare_queue_pairs;
     o.registrations = t.registrations;
+    o.retransmits = t.retransmits;
+    o.window_cuts = t.window_cuts;
   }
   return 0;
 }

@@ -118,6 +118,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "ud: datagrams in flight to one peer before its acknowledgements (a power of two, 8 to "
        "1024)",
        K::kU32, &c.verbs.ud_window},
+      {"verbs.ud_congestion", "LTIER_VERBS_UD_CONGESTION",
+       "ud: 1: datagrams in flight to a peer follow a congestion window (halved on loss, "
+       "grown on acknowledgements, at most verbs.ud_window); 0: always verbs.ud_window",
+       K::kU32, &c.verbs.ud_congestion},
       {"verbs.ud_send_slots", "LTIER_VERBS_UD_SEND_SLOTS",
        "ud: registered send buffers of one MTU, shared by all peers; a datagram keeps its "
        "buffer until acknowledged",

@@ -66,6 +66,7 @@ struct VerbsConfig {
   uint32_t connect_timeout_ms = 2000;
   std::string atomic_mode = "auto";    // auto: rc peers' atomics native; cpu: by request
   uint32_t ud_window = 128;            // ud: datagrams in flight per peer (a power of two)
+  uint32_t ud_congestion = 1;          // ud: 1: a congestion window below ud_window; 0: fixed
   uint32_t ud_send_slots = 4096;       // ud: registered send buffers of one MTU, all peers
   uint32_t ud_recv_buffers = 1024;     // ud: receive buffers of one MTU
   uint32_t ud_peer_timeout_ms = 5000;  // ud: a peer silent this long while data waits is lost

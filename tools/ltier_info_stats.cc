@@ -93,8 +93,9 @@ bool parse_line(const std::string& line, Sample* s) {
 
 void show(const std::string& text) {
   std::map<std::string, std::map<std::string, double>> classes;  // "tenant/class" -> field
-  std::map<std::string, double> node, transports;
-  std::map<std::string, std::map<std::string, double>> peers;  // "peer transport" -> field
+  std::map<std::string, double> node;
+  std::map<std::string, std::map<std::string, double>> transports;  // transport -> metric
+  std::map<std::string, std::map<std::string, double>> peers;       // "peer transport" -> field
   std::istringstream in(text);
   std::string line;
   Sample s;
@@ -109,7 +110,7 @@ void show(const std::string& text) {
       if (s.labels.count("quantile")) field += s.labels["quantile"];
       classes[key][field] = s.value;
     } else if (s.labels.count("transport")) {
-      transports[s.labels["transport"]] = s.value;
+      transports[s.labels["transport"]][s.name] = s.value;
     } else {
       node[s.name] = s.value;
     }
@@ -133,8 +134,13 @@ void show(const std::string& text) {
   if (classes.empty()) printf("(no QoS classes configured)\n");
   printf("quota refusals %.0f, posted %.0f, served for peers %.0f; connections:",
          node["ltier_quota_refused_total"], node["ltier_posted_total"], node["ltier_served_total"]);
-  for (auto& [t, n] : transports) printf(" %s %.0f", t.c_str(), n);
+  for (auto& [t, f] : transports) printf(" %s %.0f", t.c_str(), f["ltier_transport_connections"]);
   printf("\n");
+  for (auto& [t, f] : transports) {
+    if (f.count("ltier_transport_retransmits_total") == 0) continue;
+    printf("%s: %.0f datagrams sent again, %.0f congestion window cuts\n", t.c_str(),
+           f["ltier_transport_retransmits_total"], f["ltier_transport_window_cuts_total"]);
+  }
   if (!peers.empty()) {
     printf("%-8s %-9s %12s %14s %12s %14s\n", "peer", "transport", "tx_ops", "tx_bytes", "rx_ops",
            "rx_bytes");

@@ -260,6 +260,8 @@ struct TransportStats {
   uint64_t queue_pairs = 0;        // rc: QPs in use (K per connection, and any still closing)
   uint64_t spare_queue_pairs = 0;  // rc: QPs made ahead of need, not connected yet
   uint64_t registrations = 0;      // rc: memory registrations with the device
+  uint64_t retransmits = 0;        // ud: datagrams sent again (timeouts, reported holes)
+  uint64_t window_cuts = 0;        // ud: congestion window cuts (losses, timeouts)
 };
 
 class Transport {

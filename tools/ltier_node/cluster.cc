@@ -32,7 +32,8 @@ std::string cmd_stats(lt_engine_t* e, Args&) {
     const lt_transport_stats_t& t = st.transports[i];
     s += std::string(" ") + t.name + ":conns=" + std::to_string(t.connections) +
          ",qps=" + std::to_string(t.queue_pairs) + ",spare=" + std::to_string(t.spare_queue_pairs) +
-         ",regs=" + std::to_string(t.registrations);
+         ",regs=" + std::to_string(t.registrations) + ",rexmit=" + std::to_string(t.retransmits) +
+         ",cuts=" + std::to_string(t.window_cuts);
   }
   return s;
 }

@@ -3,9 +3,9 @@
 // sends this node (ud_rx.cc).
 //
 // Sending: a message is cut into datagrams of at most the path MTU, each
-// copied into a registered send slot and numbered; at most `window` are
-// unacknowledged. A datagram stays in its slot until acknowledged: the
-// receiver's cumulative ack frees, its selective ack (the 64 after) steers
+// copied into a registered send slot and numbered; at most the congestion
+// window (ud_cwnd.h; never more than `window`) are unacknowledged. A datagram stays in its slot
+// until acknowledged: the receiver's cumulative ack frees, its selective ack (the 64 after) steers
 // fast retransmission of holes, and a timer (RTO from the measured RTT,
 // doubling) resends what no ack covers. No sign of the peer for
 // verbs.ud_peer_timeout_ms while datagrams wait: the peer is lost.
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "transport/transport.h"
+#include "transport/verbs/ud_cwnd.h"
 #include "transport/verbs/ud_wire.h"
 
 struct ibv_ah;
@@ -129,7 +130,11 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
     uint32_t off = 0;
   };
 
-  bool window_full() const { return nxt_ - una_ >= window_; }
+  /// Datagrams that may be numbered now: the congestion window less those in flight.
+  uint32_t room() const {
+    const uint32_t used = nxt_ - una_;
+    return cwnd_.window() > used ? cwnd_.window() - used : 0;
+  }
   /// Numbers a datagram of the bytes of `a` then `b` in `slot`.
   void add_segment(uint32_t slot, UdType type, uint8_t flags, uint32_t imm, uint32_t msg_len,
                    std::span<const std::byte> a, std::span<const std::byte> b);
@@ -155,6 +160,7 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
   uint32_t una_ = 0, nxt_ = 0;  // oldest unacknowledged, next to number
   std::deque<Waiting> waiting_;
   size_t waiting_bytes_ = 0;
+  UdCwnd cwnd_;
   uint64_t srtt_ns_ = 0, rttvar_ns_ = 0, rto_ns_;
   uint64_t progress_ns_ = 0;   // last sign of the peer while datagrams waited
   bool need_backlog_ = false;  // waiting for slots: the poller pumps it

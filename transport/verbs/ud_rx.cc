@@ -172,7 +172,10 @@ void UdTransport::take(UdConn& c, const UdHeader& h, uint32_t idx, std::span<Com
   if (h.seq - r.next >= window) return post_recv(idx);  // beyond the window: sent again later
   if (h.seq != r.next) {
     int32_t& held = r.held[h.seq & (window - 1)];
-    if (held >= 0) {
+    if (held >= 0 || rx_posted_ < rx_reserve_) {
+      // A duplicate; or holding it would leave too few buffers posted for the
+      // datagrams that fill the holes (every peer's early datagrams could
+      // take them all, and the stream would stop): it is sent again.
       post_recv(idx);
     } else {
       held = static_cast<int32_t>(idx);

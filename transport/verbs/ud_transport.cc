@@ -63,11 +63,11 @@ Status UdTransport::init() {
   const VerbsConfig& c = config_;
   if (c.ud_window < 8 || c.ud_window > kMaxUdWindow || (c.ud_window & (c.ud_window - 1)) != 0 ||
       c.ud_send_slots < 2 * c.ud_window || c.ud_recv_buffers < 16 || c.max_msg_bytes == 0 ||
-      c.ud_loss_percent > 50 || c.ud_peer_timeout_ms == 0) {
+      c.ud_loss_percent > 50 || c.ud_peer_timeout_ms == 0 || c.ud_congestion > 1) {
     LT_ERROR(
         "ud: verbs.ud_window must be a power of two from 8 to %u, verbs.ud_send_slots at least "
         "twice it, verbs.ud_recv_buffers at least 16, verbs.ud_loss_percent at most 50, "
-        "verbs.ud_peer_timeout_ms above 0",
+        "verbs.ud_peer_timeout_ms above 0, verbs.ud_congestion 0 or 1",
         kMaxUdWindow);
     return Code::kInvalidArg;
   }
@@ -202,6 +202,7 @@ Status UdTransport::make_buffers() {
     free_slots_.push_back(i);
   }
   for (uint32_t i = 0; i < config_.ud_recv_buffers; ++i) post_recv(i);
+  rx_reserve_ = config_.ud_recv_buffers / 2;
   stash_.reset(new ibv_wc[1]);
   return Status::ok();
 }
@@ -222,6 +223,8 @@ TransportStats UdTransport::stats() const {
   s.connections = conns_.size();
   s.queue_pairs = 1;
   s.registrations = 2;
+  s.retransmits = retransmits_.load(std::memory_order_relaxed);
+  s.window_cuts = window_cuts_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -81,6 +81,9 @@ class UdTransport final : public Transport {
   void report_send_done(uint64_t wr_id);
   /// `c` has datagrams waiting for slots or for room in the send queue.
   void note_backlog(UdConn* c);
+  /// A datagram went out again; a connection's congestion window was cut.
+  void note_retransmit() { retransmits_.fetch_add(1, std::memory_order_relaxed); }
+  void note_window_cut() { window_cuts_.fetch_add(1, std::memory_order_relaxed); }
   /// Receive buffers posted now (for the log).
   uint32_t rx_posted() const { return rx_posted_; }
   /// A connection needs the poller by `at_ns` (a retransmission timer).
@@ -163,7 +166,8 @@ class UdTransport final : public Transport {
   std::vector<std::unique_ptr<std::byte[]>> lent_msgs_;  // reassembled, until release_rx
   std::unique_ptr<ibv_wc[]> stash_;                      // receive completions try_arm found
   int stash_n_ = 0;
-  uint32_t rx_posted_ = 0;  // the poller's
+  uint32_t rx_posted_ = 0;   // the poller's
+  uint32_t rx_reserve_ = 0;  // early datagrams are held only while this many stay posted
 
   // The poller's.
   std::deque<Completion> ready_;  // completions found while `out` was full
@@ -177,6 +181,7 @@ class UdTransport final : public Transport {
 
   DoneQueue done_;  // user-signaled sends, reported by the next poll
   std::atomic<bool> has_broken_{false};
+  std::atomic<uint64_t> retransmits_{0}, window_cuts_{0};
 };
 
 }  // namespace lt::transport::verbs

@@ -62,6 +62,7 @@ UdConn::UdConn(UdTransport* t, NodeId peer, ibv_ah* ah, uint32_t qpn, uint32_t m
       // posts meet back-pressure (kWrMustQueue posts and a message when
       // none waits always go): half the send slots' bytes.
       waiting_cap_(size_t{t->config().ud_send_slots} * mtu / 2),
+      cwnd_(window_, 0, t->config().ud_congestion != 0),
       rto_ns_(kFirstRtoNs) {
   segs_.resize(window_);
   want_.resize(2 * window_);  // a slot freed while wanted leaves a stale entry
@@ -112,7 +113,7 @@ void UdConn::add_segment(uint32_t slot, UdType type, uint8_t flags, uint32_t imm
 bool UdConn::add_message(const WorkRequest& wr, uint32_t len) {
   const uint32_t imm = wr.op == Op::kWriteImm ? wr.imm : 0;  // a kSend carries none
   const uint32_t frags = len == 0 ? 1 : (len + payload_max_ - 1) / payload_max_;
-  if (waiting_.empty() && frags <= window_ - (nxt_ - una_)) {
+  if (waiting_.empty() && frags <= room()) {
     uint32_t slots[kMaxUdWindow];
     if (t_->take_slots(frags, slots)) {
       for (uint32_t k = 0, off = 0; k < frags; ++k) {
@@ -145,7 +146,7 @@ bool UdConn::add_message(const WorkRequest& wr, uint32_t len) {
 
 // Waiting messages into datagrams while the window and the slots allow.
 void UdConn::fill_locked() {
-  while (!waiting_.empty() && !window_full()) {
+  while (!waiting_.empty() && room() > 0) {
     uint32_t slot;
     if (!t_->take_slots(1, &slot)) {
       need_backlog_ = true;  // slots come back with other peers' acks
@@ -182,7 +183,10 @@ size_t UdConn::collect_locked(UdSend* out, size_t max, uint64_t now) {
     h->ack_stream = static_cast<uint32_t>(word >> 32);
     h->ack = static_cast<uint32_t>(word);
     h->sack = 0;
-    if (s.sent_ns != 0) s.resent = true;
+    if (s.sent_ns != 0) {
+      s.resent = true;
+      t_->note_retransmit();
+    }
     s.sent_ns = now;
     t_->slot_posted(s.slot);
     out[k++] = UdSend{s.slot, s.bytes, seq};
@@ -287,6 +291,7 @@ void UdConn::on_ack(uint32_t cum, uint64_t sack, uint64_t now) {
   uint64_t sample = 0;
   bool clean = true;
   const bool moved = una_ != cum;
+  const uint32_t newly = cum - una_;
   while (una_ != cum) {
     Seg& s = segs_[una_ & (window_ - 1)];
     clean = clean && !s.resent && !s.sacked;
@@ -295,6 +300,7 @@ void UdConn::on_ack(uint32_t cum, uint64_t sack, uint64_t now) {
     s = Seg{};
     ++una_;
   }
+  cwnd_.on_acked(newly, cum);
   if (moved) {
     // Progress ends any backoff: the timeout is the estimator's again.
     if (sample != 0 && clean) {
@@ -321,6 +327,7 @@ void UdConn::on_ack(uint32_t cum, uint64_t sack, uint64_t now) {
       if (g.sacked || g.sent_ns == 0 || g.fast) continue;
       g.fast = true;
       want(s);
+      if (cwnd_.on_loss(s, nxt_)) t_->note_window_cut();
     }
   }
   fill_locked();
@@ -359,6 +366,7 @@ uint64_t UdConn::on_timer(uint64_t now, uint64_t peer_timeout_ns, bool* lost) {
         static_cast<unsigned long long>(srtt_ns_ / 1000), rx.next, acked_upto.load(), rx.held_count,
         t_->rx_posted());
     rto_ns_ = std::min(rto_ns_ * 2, kMaxRtoNs);
+    if (cwnd_.on_timeout(nxt_)) t_->note_window_cut();
     next = std::min(next, now + rto_ns_);
   }
   fill_locked();

@@ -128,6 +128,8 @@ py::dict stats(EngineState& s) {
     td["connections"] = t.connections;
     td["queue_pairs"] = t.queue_pairs;
     td["spare_queue_pairs"] = t.spare_queue_pairs;
+    td["retransmits"] = t.retransmits;
+    td["window_cuts"] = t.window_cuts;
     td["registrations"] = t.registrations;
     ts.append(td);
   }
