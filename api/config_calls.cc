@@ -55,7 +55,7 @@ int LT_devices(const char* config_path, lt_device_port_t* out, uint32_t cap, uin
   lt::Status s = load_user_config(config_path, &c);
   if (!s.is_ok()) return rc(s);
   std::string reason;
-  std::vector<v::DeviceInfo> devs = v::list_devices(&reason);
+  std::vector<v::DeviceInfo> devs = v::list_devices(&reason, v::Locality::kAlways);
   lt::Result<v::Choice> pick = v::choose(devs, c.verbs, &reason);
   if (!pick.is_ok() && why != nullptr && why_cap != 0) {
     std::snprintf(why, why_cap, "%s", reason.c_str());

@@ -52,28 +52,43 @@ int numa_node_of(const std::string& dev) {
   return n;
 }
 
-// Whether the device's CPUs include those this process may run on now.
-bool near_us(ibv_device* dev) {
+// Which devices' CPUs include those this process may run on now: one hwloc
+// topology, loaded on the first question, for every device asked about.
+class Nearness {
+ public:
+  Nearness() = default;
+  Nearness(const Nearness&) = delete;
+  Nearness& operator=(const Nearness&) = delete;
 #if LTIER_HAVE_HWLOC
-  hwloc_topology_t topo;
-  if (hwloc_topology_init(&topo) != 0) return false;
-  bool near = false;
-  if (hwloc_topology_load(topo) == 0) {
-    hwloc_bitmap_t devset = hwloc_bitmap_alloc(), mine = hwloc_bitmap_alloc();
-    if (hwloc_ibv_get_device_cpuset(topo, dev, devset) == 0 &&
-        hwloc_get_cpubind(topo, mine, HWLOC_CPUBIND_THREAD) == 0) {
-      near = hwloc_bitmap_intersects(devset, mine);
+  ~Nearness() {
+    if (loaded_) hwloc_topology_destroy(topo_);
+  }
+  bool near(ibv_device* dev) {
+    if (!loaded_ && !failed_) {
+      failed_ = hwloc_topology_init(&topo_) != 0;
+      if (!failed_ && hwloc_topology_load(topo_) != 0) {
+        hwloc_topology_destroy(topo_);
+        failed_ = true;
+      }
+      loaded_ = !failed_;
     }
+    if (!loaded_) return false;
+    hwloc_bitmap_t devset = hwloc_bitmap_alloc(), mine = hwloc_bitmap_alloc();
+    bool near = hwloc_ibv_get_device_cpuset(topo_, dev, devset) == 0 &&
+                hwloc_get_cpubind(topo_, mine, HWLOC_CPUBIND_THREAD) == 0 &&
+                hwloc_bitmap_intersects(devset, mine);
     hwloc_bitmap_free(devset);
     hwloc_bitmap_free(mine);
+    return near;
   }
-  hwloc_topology_destroy(topo);
-  return near;
+
+ private:
+  hwloc_topology_t topo_ = nullptr;
+  bool loaded_ = false, failed_ = false;
 #else
-  (void)dev;
-  return false;
+  bool near(ibv_device*) { return false; }
 #endif
-}
+};
 
 void read_port(ibv_context* ctx, uint32_t num, PortInfo* p) {
   ibv_port_attr pa{};
@@ -105,7 +120,7 @@ void read_port(ibv_context* ctx, uint32_t num, PortInfo* p) {
 
 }  // namespace
 
-std::vector<DeviceInfo> list_devices(std::string* why) {
+std::vector<DeviceInfo> list_devices(std::string* why, Locality locality) {
   std::vector<DeviceInfo> out;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -114,6 +129,10 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
            " (is rdma-core's ibverbs-providers installed and the kernel's ib_uverbs loaded?)";
     return out;
   }
+  // With one device there is nothing to choose: no topology is loaded (the
+  // largest part of a transport's start under emulation).
+  const bool ask_near = locality == Locality::kAlways || n > 1;
+  Nearness nearness;
   for (int i = 0; i < n; ++i) {
     DeviceInfo d;
     d.name = ibv_get_device_name(list[i]);
@@ -122,7 +141,7 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
                   static_cast<unsigned long long>(be64toh(ibv_get_device_guid(list[i]))));
     d.node_guid = guid;
     d.numa_node = numa_node_of(d.name);
-    d.near = near_us(list[i]);
+    d.near = ask_near && nearness.near(list[i]);
     ibv_context* ctx = ibv_open_device(list[i]);
     if (ctx == nullptr) {
       *why = "ibv_open_device(" + d.name + "): " + std::strerror(errno) +

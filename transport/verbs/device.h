@@ -40,7 +40,7 @@ struct DeviceInfo {
   std::string node_guid;
   std::string fw_ver;
   int numa_node = -1;
-  bool near = false;  // its CPUs include this process's
+  bool near = false;  // its CPUs include this process's (Locality)
   uint32_t max_qp = 0, max_qp_wr = 0, max_sge = 0, max_cq = 0, max_cqe = 0, max_mr = 0;
   uint32_t max_srq = 0, max_qp_rd_atom = 0;
   uint64_t max_mr_size = 0;
@@ -49,9 +49,15 @@ struct DeviceInfo {
   std::vector<PortInfo> ports;
 };
 
+/// Whether list_devices says which devices are near this process: hwloc
+/// loads the machine's topology for it, which takes a good part of a
+/// transport's start. kWhenAChoice: only when there are several devices to
+/// choose from (with one, `near` stays false).
+enum class Locality { kAlways, kWhenAChoice };
+
 /// Every device and port; empty with *why when there is none (no
 /// libibverbs device, or no permission on /dev/infiniband).
-std::vector<DeviceInfo> list_devices(std::string* why);
+std::vector<DeviceInfo> list_devices(std::string* why, Locality locality = Locality::kWhenAChoice);
 
 struct Choice {
   std::string device;
