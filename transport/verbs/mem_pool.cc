@@ -6,6 +6,7 @@
 #include <numa.h>
 #endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -39,12 +40,15 @@ bool decode_rkey(uint64_t rkey64, uint64_t off, uint64_t len, uint32_t* rkey, ui
   return true;
 }
 
-MemPools::MemPools(VerbsDevice& dev, size_t pool_bytes, int numa_node, bool zero_based)
+MemPools::MemPools(VerbsDevice& dev, size_t pool_bytes, int numa_node, bool zero_based,
+                   size_t first_pool_bytes)
     : dev_(dev),
       pool_bytes_(std::min<uint64_t>((pool_bytes + kPage - 1) / kPage * kPage, kMaxPoolBytes)),
       numa_node_(numa_node),
       zero_based_(zero_based) {
   if (pool_bytes_ == 0) pool_bytes_ = kPage;
+  next_pool_bytes_ =
+      std::clamp<size_t>((first_pool_bytes + kPage - 1) / kPage * kPage, kPage, pool_bytes_);
 }
 
 MemPools::~MemPools() {
@@ -172,8 +176,10 @@ Result<MemRegion> MemPools::alloc(size_t len) {
     }
   }
   if (pool == nullptr) {
-    auto p = add_pool(pool_bytes_, false);
+    const size_t size = std::max<size_t>(next_pool_bytes_, pages * kPage);  // <= pool_bytes_
+    auto p = add_pool(size, false);
     if (!p) return p.status();
+    next_pool_bytes_ = std::min(pool_bytes_, size * 2);
     pool = *p;
     if (!take(pool, pages, &first)) return Code::kNoMemory;
   }

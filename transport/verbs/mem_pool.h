@@ -1,6 +1,9 @@
 // LMR memory of the rc transport: a few large pools, each allocated on the
 // device's NUMA node and registered once, carved into page-aligned slices;
-// registrations grow with pools, not with LMRs. Pools are registered
+// registrations grow with pools, not with LMRs. The first pool is small and
+// each new one doubles, up to the pool size: a registration pins (and the
+// kernel zeroes) every page at once, so a node's first LMR or connection
+// does not pay for a whole large pool. Pools are registered
 // zero-based (ibv_reg_mr_iova with iova 0), so a remote address is an
 // offset into the pool, and the 64-bit rkey a peer gets names the slice:
 //
@@ -53,10 +56,14 @@ bool decode_rkey(uint64_t rkey64, uint64_t off, uint64_t len, uint32_t* rkey, ui
 
 class MemPools {
  public:
-  /// `pool_bytes` is rounded to pages and capped at kMaxPoolBytes.
-  /// `zero_based` false: registered at their virtual addresses, for memory
-  /// only this engine posts from (send rings, bounce buffers).
-  MemPools(VerbsDevice& dev, size_t pool_bytes, int numa_node, bool zero_based = true);
+  /// `pool_bytes` is rounded to pages and capped at kMaxPoolBytes; the
+  /// first pool is `first_pool_bytes` (at most pool_bytes), each next one
+  /// twice the last. `zero_based` false: registered at their virtual
+  /// addresses, for memory only this engine posts from (send rings, bounce
+  /// buffers).
+  MemPools(VerbsDevice& dev, size_t pool_bytes, int numa_node, bool zero_based = true,
+           size_t first_pool_bytes = kFirstPoolBytes);
+  static constexpr size_t kFirstPoolBytes = 4u << 20;
   ~MemPools();
   MemPools(const MemPools&) = delete;
   MemPools& operator=(const MemPools&) = delete;
@@ -109,6 +116,7 @@ class MemPools {
 
   VerbsDevice& dev_;
   size_t pool_bytes_;
+  size_t next_pool_bytes_;  // the size of the next shared pool (doubling up to pool_bytes_)
   int numa_node_;
   bool zero_based_;
   mutable std::mutex mu_;

@@ -98,7 +98,10 @@ Status VerbsTransport::open_device() {
   dev_ = std::move(*dev);
   cq_limit_ = cq - 2 * c.send_depth;
   pools_ = std::make_unique<MemPools>(*dev_, c.pool_bytes, choice->numa_node);
-  local_pools_ = std::make_unique<MemPools>(*dev_, 16u << 20, choice->numa_node, false);
+  // Send rings and bounce buffers: the first pool holds one peer's channels.
+  local_pools_ =
+      std::make_unique<MemPools>(*dev_, 16u << 20, choice->numa_node, false,
+                                 size_t{c.qps_per_peer} * (c.send_ring_bytes + c.bounce_bytes));
   // Receive buffers, all posted.
   const size_t rx_len = size_t{c.recv_buffers} * c.recv_buffer_bytes;
   void* rx = ::mmap(nullptr, rx_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
