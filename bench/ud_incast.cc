@@ -6,7 +6,10 @@
 // and the datagrams sent again; then the medians of each mode.
 //
 //   ud_incast [--senders N] [--messages M] [--bytes B] [--recv-buffers R]
-//             [--window W] [--rounds K]
+//             [--window W] [--loss PERCENT] [--rounds K]
+//
+// --loss drops that percentage of the datagrams every transport receives
+// (verbs.ud_loss_percent): loss that is not congestion.
 #include <poll.h>
 
 #include <algorithm>
@@ -38,6 +41,7 @@ struct Options {
   uint32_t bytes = 16384;
   uint32_t recv_buffers = 64;
   uint32_t window = 128;
+  uint32_t loss = 0;
   int rounds = 3;
 };
 
@@ -53,6 +57,7 @@ std::unique_ptr<Transport> make(const Options& o, bool adaptive, NodeId node) {
   c.verbs.ud_window = o.window;
   c.verbs.ud_send_slots = std::max<uint32_t>(4096, 2 * o.window);
   c.verbs.ud_congestion = adaptive ? 1 : 0;
+  c.verbs.ud_loss_percent = o.loss;
   auto t = make_ud_transport(c);
   if (!t.is_ok()) {
     std::fprintf(stderr, "ud_incast: no ud transport: %s\n", t.status().name());
@@ -159,6 +164,8 @@ int main(int argc, char** argv) {
       o.recv_buffers = uint32_t(v);
     } else if (k == "--window") {
       o.window = uint32_t(v);
+    } else if (k == "--loss") {
+      o.loss = uint32_t(v);
     } else if (k == "--rounds") {
       o.rounds = int(v);
     } else {
@@ -169,8 +176,8 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each round shows, even if a later one hangs
   std::printf(
       "ud incast: %d senders x %d messages of %u B into one receiver with %u receive "
-      "buffers, flow window %u\n",
-      o.senders, o.messages, o.bytes, o.recv_buffers, o.window);
+      "buffers, flow window %u, %u%% of datagrams dropped on receipt\n",
+      o.senders, o.messages, o.bytes, o.recv_buffers, o.window, o.loss);
   std::printf("%-5s %-9s %9s %10s %12s %10s %6s\n", "round", "window", "seconds", "MB/s", "resent",
               "datagrams", "cuts");
   std::vector<double> mbs[2], resent[2];
