@@ -170,7 +170,7 @@ TEST_F(RcBudget, FurtherPeersGoToUd) {
 // ud with 10% of datagrams dropped on receipt at every node: 32 MiB of
 // messages (eager and rendezvous sizes, every byte and the order checked)
 // and 32 MiB of one-sided data written and read back through the owner
-// (every byte compared) arrive whole.
+// (every byte compared) arrive whole, and the stats show the recovery.
 class UdLoss : public RcResources {
  protected:
   std::vector<std::string> env() const override {
@@ -196,6 +196,13 @@ TEST_F(UdLoss, SixtyFourMiBArriveWholeThroughTenPercentLoss) {
   ASSERT_FALSE(hc.empty());
   EXPECT_EQ(a->cmd("write_pat " + h + " 0 33554432 5 1048576", 120000), "ok");
   EXPECT_EQ(c->cmd("check_pat " + hc + " 0 33554432 5 4194304", 120000), "ok");
+  // Every node sent tens of MiB through the loss: LT_stats counts what it
+  // sent again, and the congestion windows it cut.
+  for (int i = 0; i < 3; ++i) {
+    std::string st = nodes_[i]->cmd("stats");
+    EXPECT_GT(stat(st, "ud:rexmit"), 0) << st;
+    EXPECT_GT(stat(st, "ud:cuts"), 0) << st;
+  }
 }
 
 }  // namespace
