@@ -4,9 +4,10 @@
 //
 // Sending: a message is cut into datagrams of at most the path MTU, each
 // copied into a registered send slot and numbered; at most the congestion
-// window (ud_cwnd.h; never more than `window`) are unacknowledged. A datagram stays in its slot
-// until acknowledged: the receiver's cumulative ack frees, its selective ack (the 64 after) steers
-// fast retransmission of holes, and a timer (RTO from the measured RTT,
+// window (ud_cwnd.h; never more than `window`) are unacknowledged. A
+// datagram stays in its slot until acknowledged: the receiver's cumulative
+// ack frees, its selective ack (the 64 after) steers fast retransmission of
+// holes, and a timer (RTO from the measured RTT,
 // doubling) resends what no ack covers. No sign of the peer for
 // verbs.ud_peer_timeout_ms while datagrams wait: the peer is lost.
 // Messages that do not fit the window now wait, copied, in a queue.
