@@ -7,9 +7,9 @@
 // window (ud_cwnd.h; never more than `window`) are unacknowledged. A
 // datagram stays in its slot until acknowledged: the receiver's cumulative
 // ack frees, its selective ack (the 64 after) steers fast retransmission of
-// holes, and a timer (RTO from the measured RTT,
-// doubling) resends what no ack covers. No sign of the peer for
-// verbs.ud_peer_timeout_ms while datagrams wait: the peer is lost.
+// holes, and a timer (RTO from the measured RTT, doubling) resends what no
+// ack covers. No sign of the peer for verbs.ud_peer_timeout_ms while
+// datagrams wait: the peer is lost.
 // Messages that do not fit the window now wait, copied, in a queue.
 //
 // Receiving (the poller's): datagrams are taken in sequence; early ones
