@@ -59,6 +59,8 @@ void Engine::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b
       return serve_free(from, h, b);
     case MsgOp::kMapReq:
       return serve_map(from, h, b);
+    case MsgOp::kRevokeReq:
+      return serve_revoke(from, h, b);
     case MsgOp::kMsgEager:
     case MsgOp::kMsgRts:
     case MsgOp::kMsgStaged:

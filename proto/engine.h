@@ -342,6 +342,8 @@ class Engine {
   void serve_alloc(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void serve_free(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void serve_map(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void serve_revoke(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
+  void revoke_mappers(const Mapping& m, const std::vector<NodeId>& mappers, Deadline d);
   Status free_remote(const Mapping& m, Deadline d);
 
   // ---- rma/rma.cc: read, write, memset, memcpy (message emulation)

@@ -26,6 +26,9 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kFreeReq:
       *s = {sizeof(FreeReq), false};
       return true;
+    case MsgOp::kRevokeReq:
+      *s = {sizeof(RevokeReq), false};
+      return true;
     case MsgOp::kMapReq:
       *s = {sizeof(MapReq), true};
       return true;

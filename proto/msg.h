@@ -30,6 +30,7 @@ enum class MsgOp : uint8_t {
   kMsgStaged = 14,     // MsgStaged: a staged rendezvous message was read
   kRpcRingReq = 15,    // RpcRingMsg: a client's reply ring (rpc/rpc_ring.h)
   kRpcRingOffer = 16,  // RpcRingMsg: the server's request ring for that client
+  kRevokeReq = 17,     // RevokeReq: the master freed an LMR the receiver mapped
   kReply = 64,         // generic reply: MsgHeader (+ read data)
   kAllocReply = 65,
   kMapReply = 66,
@@ -103,6 +104,14 @@ struct FreeReq {
   LmrRef lmr;
 };
 static_assert(sizeof(FreeReq) == 40);
+
+struct RevokeReq {  // from the LMR's master; answered by kReply
+  MsgHeader h;
+  uint32_t owner;  // the LMR's owner and its key there
+  uint32_t pad;    // zero
+  uint64_t key;
+};
+static_assert(sizeof(RevokeReq) == 32);
 
 inline constexpr size_t kMaxName = 128;
 

@@ -64,6 +64,15 @@ class SlotTable {
     return Status::ok();
   }
 
+  /// Calls f(const T&) on every live value, under the reader lock.
+  template <typename F>
+  void for_each(F f) const {
+    std::shared_lock<std::shared_mutex> g(mu_);
+    for (uint32_t i = 0; i < used_; ++i) {
+      if (slots_[i].live) f(static_cast<const T&>(slots_[i].v));
+    }
+  }
+
   /// Erases every live value for which pred(value) holds; the values are
   /// moved into `out` (so the caller destroys them outside the lock).
   template <typename Pred>

@@ -27,6 +27,7 @@ Result<LmrHandle> Engine::malloc_held(NodeId node, uint64_t size, uint32_t right
   m->rights = rights | kRightAdmin;
   m->size = size;
   m->master = true;
+  m->minted_by = self();
   if (node == self()) {
     if (size > config_.engine.max_lmr_bytes) return Code::kNoMemory;
     auto l = lmrs_.create(size, self(), transports_.memory(), transports_.exporter());
@@ -81,8 +82,37 @@ Status Engine::free(LmrHandle h, Deadline d) {
   // the handle goes all the same.
   if (!s.is_ok() && s.code() != Code::kPeerDown && s.code() != Code::kBadHandle) return s;
   if (client_.handles.erase(h).is_ok()) sched_.give_lmr(m->size);
-  for (auto& n : client_.handles.remove_names_of(h)) (void)membership_->unregister_name(n, d);
+  std::vector<NodeId> mappers;
+  auto names = client_.handles.remove_names_of(h, &mappers);
+  revoke_mappers(*m, mappers, d);
+  for (auto& n : names) (void)membership_->unregister_name(n, d);
   return s.code() == Code::kBadHandle ? Status::ok() : s;
+}
+
+// Tells every node that mapped the freed LMR by name that its handles are
+// dead, so they fail at once instead of reaching the owner's freed memory
+// (rc posts ops without a liveness check while the mapping's last check
+// is recent: rma/native.cc). Waits for their acknowledgements for at most
+// kGuardFreshNs: after that no mapper posts an unchecked op anyway (its
+// last check found the word alive before the owner cleared it), so a
+// stopped or slow mapper delays LT_free by that much and never longer.
+void Engine::revoke_mappers(const Mapping& m, const std::vector<NodeId>& mappers, Deadline d) {
+  if (mappers.empty()) return;
+  const Deadline by(std::min(d.at_ns(), now_ns() + transport::kGuardFreshNs));
+  std::vector<ReqId> sent;
+  sent.reserve(mappers.size());
+  for (NodeId n : mappers) {
+    if (n == self()) {
+      client_.handles.revoke(self(), m.owner, m.key);
+      continue;
+    }
+    ReqId id = 0;
+    auto r = alloc_request(ReqKind::kPlain, n, &id);
+    if (!r) continue;
+    RevokeReq q{make_header(MsgOp::kRevokeReq, id), m.owner, 0, m.key};
+    if (send_request(*r, n, &q, sizeof(q), nullptr, 0).is_ok()) sent.push_back(id);
+  }
+  for (ReqId id : sent) (void)wait_or_cancel(id, by);
 }
 
 Status Engine::publish(LmrHandle h, const std::string& name, uint32_t max_rights, Deadline d) {
@@ -108,7 +138,8 @@ Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline
   auto m = std::make_shared<Mapping>();
   if (*master == self()) {
     std::shared_ptr<Mapping> src;
-    LT_RETURN_IF_ERROR(client_.handles.lookup_name(name, rights, &src));
+    LT_RETURN_IF_ERROR(client_.handles.lookup_name(name, rights, self(), &src));
+    m->minted_by = self();
     m->owner = src->owner;
     m->key = src->key;
     m->size = src->size;
@@ -125,6 +156,7 @@ Result<LmrHandle> Engine::map(const std::string& name, uint32_t rights, Deadline
     Results res;
     Status s = wait_or_cancel(id, d, &res);
     if (!s.is_ok()) return s;
+    m->minted_by = *master;
     m->owner = res.mapr.owner;
     m->key = res.mapr.lmr.key;
     m->cap = res.mapr.lmr.cap;
@@ -178,6 +210,16 @@ void Engine::serve_free(NodeId from, const MsgHeader& h, std::span<const std::by
   reply_status(from, h.req_id, s);
 }
 
+// The master of an LMR this node mapped freed it: its handles here fail
+// from now on (revoke_mappers). Only the master that minted a handle can
+// revoke it.
+void Engine::serve_revoke(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  auto q = load<RevokeReq>(b);
+  if (q.pad != 0) return reply_status(from, h.req_id, Code::kMalformed);
+  client_.handles.revoke(from, q.owner, q.key);
+  reply_status(from, h.req_id, Status::ok());
+}
+
 void Engine::serve_map(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   auto q = load<MapReq>(b);
   if (q.name_len == 0 || q.name_len > kMaxName || b.size() - sizeof(MapReq) != q.name_len) {
@@ -185,7 +227,7 @@ void Engine::serve_map(NodeId from, const MsgHeader& h, std::span<const std::byt
   }
   std::string name(reinterpret_cast<const char*>(b.data() + sizeof(MapReq)), q.name_len);
   std::shared_ptr<Mapping> src;
-  Status s = client_.handles.lookup_name(name, q.rights, &src);
+  Status s = client_.handles.lookup_name(name, q.rights, from, &src);
   if (!s.is_ok()) return reply_status(from, h.req_id, s);
   MapReply rep{make_header(MsgOp::kMapReply, h.req_id),
                src->owner,

@@ -1,5 +1,7 @@
 #include "proto/lmr/handles.h"
 
+#include <algorithm>
+
 #include "common/tls.h"
 
 namespace lt::proto {
@@ -48,6 +50,8 @@ Status HandleTable::check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len
       c.m = std::move(got);
     }
   }
+  // Revoked by its master as it freed the LMR: no message, no RDMA op.
+  if (p->revoked.on.load(std::memory_order_acquire)) return Code::kBadHandle;
   if ((p->rights & need) != need) return Code::kPerm;
   if (off > p->size || len > p->size - off) return Code::kOutOfBounds;
   m->p_ = p;
@@ -72,7 +76,7 @@ void HandleTable::remove_name(const std::string& name) {
   names_.erase(name);
 }
 
-std::vector<std::string> HandleTable::remove_names_of(LmrHandle h) {
+std::vector<std::string> HandleTable::remove_names_of(LmrHandle h, std::vector<NodeId>* mappers) {
   std::vector<std::string> out;
   std::lock_guard<std::mutex> g(names_mu_);
   for (auto it = names_.begin(); it != names_.end();) {
@@ -83,16 +87,34 @@ std::vector<std::string> HandleTable::remove_names_of(LmrHandle h) {
       ++it;
     }
   }
+  auto m = mappers_.find(h);
+  if (m != mappers_.end()) {
+    *mappers = std::move(m->second);
+    mappers_.erase(m);
+  }
   return out;
 }
 
-Status HandleTable::lookup_name(const std::string& name, uint32_t rights,
-                                std::shared_ptr<Mapping>* master) const {
+Status HandleTable::lookup_name(const std::string& name, uint32_t rights, NodeId mapper,
+                                std::shared_ptr<Mapping>* master) {
   std::lock_guard<std::mutex> g(names_mu_);
   auto it = names_.find(name);
   if (it == names_.end()) return Code::kNotFound;
   if (rights == 0 || (rights & it->second.second) != rights) return Code::kPerm;
-  return table_.get(it->second.first, master);
+  LT_RETURN_IF_ERROR(table_.get(it->second.first, master));
+  std::vector<NodeId>& who = mappers_[it->second.first];
+  if (std::find(who.begin(), who.end(), mapper) == who.end()) who.push_back(mapper);
+  return Status::ok();
+}
+
+size_t HandleTable::revoke(NodeId minted_by, NodeId owner, uint64_t key) const {
+  size_t n = 0;
+  table_.for_each([&](const std::shared_ptr<Mapping>& m) {
+    if (m->minted_by != minted_by || m->owner != owner || m->key != key) return;
+    m->revoked.on.store(true, std::memory_order_release);
+    ++n;
+  });
+  return n;
 }
 
 }  // namespace lt::proto

@@ -53,7 +53,7 @@ class HandleTable {
   Status erase(LmrHandle h) { return table_.erase(h, nullptr); }
 
   /// The handle's mapping once `need` rights and [off, off + len) check
-  /// out: kBadHandle, kPerm, kOutOfBounds. `m` must be empty. A handle
+  /// out: kBadHandle (also for a revoked handle), kPerm, kOutOfBounds. `m` must be empty. A handle
   /// looked up again by the same thread, with no handle erased from the
   /// table since, comes from the thread's cache: no lock and no reference
   /// count, so an 8-byte LT_read pays no locked instruction for its handle.
@@ -62,17 +62,27 @@ class HandleTable {
   /// Remembers `name` -> (h, max_rights); kExists if the name is taken here.
   Status add_name(const std::string& name, LmrHandle h, uint32_t max_rights);
   void remove_name(const std::string& name);
-  /// Forgets every name of `h` and returns them (to unregister).
-  std::vector<std::string> remove_names_of(LmrHandle h);
+  /// Forgets every name of `h` and returns them (to unregister), and moves
+  /// the nodes that mapped `h` by name into `mappers` (to revoke).
+  std::vector<std::string> remove_names_of(LmrHandle h, std::vector<NodeId>* mappers);
   /// The master mapping published as `name` when `rights` is within what it
   /// grants: kNotFound, kPerm (rights 0 or more than granted), kBadHandle.
-  Status lookup_name(const std::string& name, uint32_t rights,
-                     std::shared_ptr<Mapping>* master) const;
+  /// On success `mapper` is remembered as a node holding a handle minted
+  /// from it, until remove_names_of(): both under one lock, so a node either
+  /// is revoked when the master frees the LMR or was refused the name.
+  Status lookup_name(const std::string& name, uint32_t rights, NodeId mapper,
+                     std::shared_ptr<Mapping>* master);
+
+  /// Marks every handle that `minted_by` minted for LMR (owner, key) as
+  /// revoked (Mapping::revoked); returns how many. A scan of the table: it
+  /// runs when a master frees an LMR this node mapped, not per operation.
+  size_t revoke(NodeId minted_by, NodeId owner, uint64_t key) const;
 
  private:
   SlotTable<std::shared_ptr<Mapping>> table_;
   mutable std::mutex names_mu_;
   std::map<std::string, std::pair<LmrHandle, uint32_t>> names_;  // name -> handle, rights
+  std::map<LmrHandle, std::vector<NodeId>> mappers_;  // published handle -> who mapped it
 };
 
 }  // namespace lt::proto

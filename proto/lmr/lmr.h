@@ -36,6 +36,17 @@ struct Stamp {
   }
 };
 
+/// A flag several threads may set; a copy takes the value.
+struct Flag {
+  std::atomic<bool> on{false};
+  Flag() = default;
+  Flag(const Flag& o) : on(o.on.load(std::memory_order_relaxed)) {}
+  Flag& operator=(const Flag& o) {
+    on.store(o.on.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return *this;
+  }
+};
+
 /// A handle this process holds: where the LMR lives and the capability that
 /// lets this node use it.
 struct Mapping {
@@ -50,9 +61,16 @@ struct Mapping {
   uint64_t rkeys[2] = {0, 0};
   bool master = false;
   SipKey secret;  // master only: mints capabilities for mappers
+  /// The node whose master handle this one came from (this node for a
+  /// master handle): the only node whose revocation it heeds.
+  NodeId minted_by = 0;
   /// When (now_ns, this node's clock) a native op last found the LMR's
   /// liveness word holding `key`, read at or after that time: rma/native.cc.
   mutable Stamp alive_seen;
+  /// Set when the master revoked the handle as it freed the LMR: every op
+  /// on it is kBadHandle from then on (HandleTable::check), without a word
+  /// to the owner.
+  mutable Flag revoked;
 
   /// What a request to the owner names the LMR by.
   LmrRef ref() const { return LmrRef{key, cap, rights, 0}; }

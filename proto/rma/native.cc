@@ -31,9 +31,21 @@ bool Engine::native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey) 
   return *rkey != 0;
 }
 
+// How recently a mapping's liveness check must have matched for an op to go
+// without one (below): half of kGuardFreshNs, so a mapping in steady use
+// renews its stamp with a one-round-trip guarded op before it goes stale.
+constexpr uint64_t kUncheckedNs = transport::kGuardFreshNs / 2;
+
 // One native op on a peer's LMR (rights and bounds were checked against the
-// handle), with a check of the LMR's liveness word, so an op on a freed LMR
-// fails with kBadHandle as it would at the owner:
+// handle; a handle its master revoked failed that check). The op is checked
+// against the LMR's liveness word, so an op on a freed LMR fails with
+// kBadHandle as it would at the owner, except while a check matched
+// recently:
+//  - where the transport keeps freed memory out of use (Caps::guard_after)
+//    and the word matched less than kUncheckedNs ago, the op goes alone:
+//    one RDMA op, as perftest posts. It lands in this LMR or, racing with
+//    LT_free, in its freed, unused memory; a free that does not race with
+//    it has revoked the handle first (lmr/directory.cc revoke_mappers);
 //  - a read goes with its check in one round trip where the transport can
 //    guard it (Caps::guarded_reads): the data reaches the caller only when
 //    the word matched;
@@ -46,6 +58,14 @@ bool Engine::native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey) 
 // Every matching check stamps the mapping with the time it was posted.
 Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
                          const WorkRequest& wr) {
+  const transport::Transport* via = peers_.via(m.owner);
+  const transport::Caps none;
+  const transport::Caps& caps = via != nullptr ? via->caps() : none;
+  const uint64_t posted = now_ns();
+  const uint64_t age = posted - m.alive_seen.ns.load(std::memory_order_relaxed);
+  if (caps.guard_after && age < kUncheckedNs) {
+    return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
+  }
   uint64_t alive = 0;
   WorkRequest pair[2];
   WorkRequest chk;
@@ -54,14 +74,9 @@ Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* e
   chk.sge[0] = {reinterpret_cast<std::byte*>(&alive), sizeof(alive), 0};
   chk.remote = {alive_offset(m.size), rkey};
   chk.compare = m.key;
-  const transport::Transport* via = peers_.via(m.owner);
-  const transport::Caps none;
-  const transport::Caps& caps = via != nullptr ? via->caps() : none;
-  const uint64_t posted = now_ns();
   const bool read = wr.op == transport::Op::kRead;
   if ((read && caps.guarded_reads) ||
-      (!read && caps.guard_after &&
-       posted - m.alive_seen.ns.load(std::memory_order_relaxed) < transport::kGuardFreshNs)) {
+      (!read && caps.guard_after && age < transport::kGuardFreshNs)) {
     chk.flags = transport::kWrGuard;
     pair[read ? 0 : 1] = chk;
     pair[read ? 1 : 0] = wr;

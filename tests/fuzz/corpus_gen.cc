@@ -90,6 +90,7 @@ void msg_seeds() {
   put("msg", "memcpy-req", raw(MemcpyReq{h(MsgOp::kMemcpyReq), ref, ref, 0, 64, 64}));
   put("msg", "alloc-req", raw(AllocReq{h(MsgOp::kAllocReq), 4096}));
   put("msg", "free-req", raw(FreeReq{h(MsgOp::kFreeReq), ref}));
+  put("msg", "revoke-req", raw(RevokeReq{h(MsgOp::kRevokeReq), 1, 0, ref.key}));
   put("msg", "map-req", raw(MapReq{h(MsgOp::kMapReq), kRightRead, 4}) + "name");
   put("msg", "atomic-req",
       raw(AtomicReq{h(MsgOp::kAtomicReq), ref, 8, 1, 0,

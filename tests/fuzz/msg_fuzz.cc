@@ -41,6 +41,9 @@ bool shape(uint8_t op, Shape* s) {
     case MsgOp::kFreeReq:
       *s = {sizeof(FreeReq), false};
       return true;
+    case MsgOp::kRevokeReq:
+      *s = {sizeof(RevokeReq), false};
+      return true;
     case MsgOp::kMapReq:
       *s = {sizeof(MapReq), true};
       return true;
@@ -140,6 +143,9 @@ void views(const MsgHeader& h, std::span<const std::byte> b) {
       break;
     case MsgOp::kFreeReq:
       view<FreeReq>(b);
+      break;
+    case MsgOp::kRevokeReq:
+      view<RevokeReq>(b);
       break;
     case MsgOp::kMapReq:
       view<MapReq>(b);

@@ -210,6 +210,15 @@ std::string ok_value(const std::string& reply) {
 
 std::string id_of(Proc* p) { return ok_value(p->cmd("id")); }
 
+long long tx_ops_to(Proc* p, const std::string& peer) {
+  const std::string s = p->cmd("peers");
+  const size_t at = s.find(" " + peer + ":");
+  if (at == std::string::npos) return -1;
+  const size_t tx = s.find("tx=", at);
+  if (tx == std::string::npos) return -1;
+  return std::atoll(s.c_str() + tx + 3);
+}
+
 std::string await_event(Proc* p, const std::string& kind, int timeout_ms) {
   auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::string r;

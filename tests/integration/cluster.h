@@ -79,6 +79,10 @@ std::string ok_value(const std::string& reply);
 /// The node's id ("id" command), or "".
 std::string id_of(Proc* p);
 
+/// The operations `p` has sent to node `peer` (the tx count of its "peers"
+/// reply), or -1 when the peer is not listed.
+long long tx_ops_to(Proc* p, const std::string& peer);
+
 /// Membership events until one of `kind` (others are skipped): "ok KIND
 /// NODE", or the last reply when none came in time.
 std::string await_event(Proc* p, const std::string& kind, int timeout_ms = 15000);

@@ -2,7 +2,8 @@
 // the Soft-RoCE guest (tests/rdma runs this binary with LTIER_ITEST_RC=1):
 // QPs grow with peers, not with threads (verbs.qps_per_peer per peer, shared
 // by every thread of the engine), and peers' native one-sided ops never
-// reach the owner's CPU (its served-request counter does not move).
+// reach the owner's CPU (its served-request counter does not move), most of
+// them one work request each.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -133,6 +134,30 @@ TEST_F(RcResources, NativeOpsDoNotReachTheOwnersCpu) {
   EXPECT_EQ(a->cmd("memcpy " + hb + " 1000 " + hb + " 100 3"), "ok");
   EXPECT_GT(stat(b->cmd("stats"), "served"), before);
   EXPECT_EQ(a->cmd("read " + hb + " 1000 3"), "ok c0ffee");
+}
+
+// A memset of 1 MiB is 16 one-sided writes of 64 KiB. Right after a checked
+// read they go without their liveness checks, one work request each where
+// each with its check would be two; a check comes back only when the last
+// one matched more than 50 ms ago.
+TEST_F(RcResources, OpsGoAloneWhileTheLivenessCheckIsFresh) {
+  Proc *a = nodes_[0], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 1048576 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("publish " + h + " itest.fresh rw"), "ok");
+  std::string m = ok_value(c->cmd("map itest.fresh rw"));
+  ASSERT_FALSE(m.empty());
+  ASSERT_EQ(c->cmd("read " + m + " 0 1"), "ok 00");
+  const long long before = tx_ops_to(c, ids_[1]);
+  ASSERT_GE(before, 0);
+  ASSERT_EQ(c->cmd("memset " + m + " 0 5 1048576"), "ok");
+  const long long sent = tx_ops_to(c, ids_[1]) - before;
+  EXPECT_GE(sent, 16);
+  EXPECT_LT(sent, 24) << "work requests for 16 chunks";
+  EXPECT_EQ(c->cmd("sum " + m + " 0 1048576"), "ok " + std::to_string(5 * 1048576));
+  // Freed by its master, the mapping fails at once, whatever its stamp.
+  ASSERT_EQ(a->cmd("free " + h), "ok");
+  EXPECT_EQ(c->cmd("write " + m + " 0 01"), "err LT_ERR_BAD_HANDLE");
 }
 
 // With verbs.rc_qp_budget = K every node has room for one rc peer: a reaches

@@ -1,13 +1,15 @@
 // HandleTable::check and its per-thread cache: a handle erased after the
 // thread looked it up is refused at the next check, a MappingRef keeps its
 // mapping valid whatever happens to the handle, and nested checks on one
-// thread each get their own mapping.
+// thread each get their own mapping; the names, their mappers and revocation.
 #include "proto/lmr/handles.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace lt::proto {
 namespace {
@@ -120,6 +122,54 @@ TEST(HandleTable, TablesDoNotShareCachedLookups) {
   HandleTable two(16);  // the same handle value means nothing here
   MappingRef m;
   EXPECT_EQ(two.check(*h, kRightRead, 0, 8, &m).code(), Code::kBadHandle);
+}
+
+// The master side of revocation: lookup_name remembers who mapped a name,
+// and remove_names_of hands them over once, with the names.
+TEST(HandleTable, MappersOfANameAreRememberedUntilItsNamesAreRemoved) {
+  HandleTable t(16);
+  auto m = mapping(2, 64, kAllRights);
+  auto h = t.insert(m);
+  ASSERT_TRUE(h.is_ok());
+  ASSERT_TRUE(t.add_name("a", *h, kRightRead).is_ok());
+  std::shared_ptr<Mapping> got;
+  ASSERT_TRUE(t.lookup_name("a", kRightRead, 5, &got).is_ok());
+  EXPECT_EQ(got, m);
+  ASSERT_TRUE(t.lookup_name("a", kRightRead, 7, &got).is_ok());
+  ASSERT_TRUE(t.lookup_name("a", kRightRead, 5, &got).is_ok());  // counted once
+  // Refused lookups are not mappers.
+  EXPECT_EQ(t.lookup_name("a", kRightWrite, 9, &got).code(), Code::kPerm);
+  EXPECT_EQ(t.lookup_name("b", kRightRead, 9, &got).code(), Code::kNotFound);
+  std::vector<NodeId> who;
+  EXPECT_EQ(t.remove_names_of(*h, &who), std::vector<std::string>{"a"});
+  EXPECT_EQ(who, (std::vector<NodeId>{5, 7}));
+  who.clear();
+  EXPECT_TRUE(t.remove_names_of(*h, &who).empty());
+  EXPECT_TRUE(who.empty());
+  EXPECT_EQ(t.lookup_name("a", kRightRead, 5, &got).code(), Code::kNotFound);
+}
+
+// The mapper side: only handles minted by the revoking master for that
+// LMR are marked, whichever thread cached them.
+TEST(HandleTable, RevokeMarksOnlyTheMastersHandlesOfThatLmr) {
+  HandleTable t(16);
+  auto make = [&](NodeId minted_by, NodeId owner, uint64_t key) {
+    auto m = mapping(owner, 64, kRightRead);
+    m->minted_by = minted_by;
+    m->key = key;
+    auto h = t.insert(m);
+    EXPECT_TRUE(h.is_ok());
+    return m;
+  };
+  auto a = make(1, 2, 100), b = make(1, 2, 100), other_key = make(1, 2, 101),
+       other_owner = make(1, 3, 100), other_master = make(4, 2, 100);
+  EXPECT_EQ(t.revoke(1, 2, 100), 2u);
+  EXPECT_TRUE(a->revoked.on.load());
+  EXPECT_TRUE(b->revoked.on.load());
+  EXPECT_FALSE(other_key->revoked.on.load());
+  EXPECT_FALSE(other_owner->revoked.on.load());
+  EXPECT_FALSE(other_master->revoked.on.load());
+  EXPECT_EQ(t.revoke(9, 2, 100), 0u);
 }
 
 }  // namespace

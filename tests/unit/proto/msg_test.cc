@@ -23,6 +23,7 @@ const Shape kShapes[] = {
     {MsgOp::kMemcpyReq, sizeof(MemcpyReq), false},
     {MsgOp::kAllocReq, sizeof(AllocReq), false},
     {MsgOp::kFreeReq, sizeof(FreeReq), false},
+    {MsgOp::kRevokeReq, sizeof(RevokeReq), false},
     {MsgOp::kMapReq, sizeof(MapReq), true},
     {MsgOp::kReply, sizeof(MsgHeader), true},
     {MsgOp::kAllocReply, sizeof(AllocReply), false},
