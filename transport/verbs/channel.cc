@@ -24,6 +24,12 @@ Channel::Channel(VerbsTransport* t, VerbsConn* conn, std::unique_ptr<RcQp> qp, M
       wqes_(new Wqe[depth]) {}
 
 Channel::~Channel() {
+  // Messages that never completed (the connection closed under them).
+  uint32_t msgs = 0;
+  for (uint32_t k = done_seq_.load(std::memory_order_relaxed); wqes_ && k != next_seq_; ++k) {
+    msgs += wqes_[k % depth_].msg ? 1 : 0;
+  }
+  if (msgs != 0) t_->msgs_done(msgs);
   qp_.reset();
   t_->local_pools().free(ring_);
   t_->local_pools().free(bounce_);
@@ -85,6 +91,7 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   w.user_wr_id = wr_id;
   w.ring_end = ring_head_;
   w.report = report && last;
+  w.msg = true;
   w.done.store(0, std::memory_order_relaxed);
   const uint32_t queued = seq + 1 - done_seq_.load(std::memory_order_relaxed);
   const bool signal = w.report || queued >= depth_ / 2 || (ring_head_ - ring_tail_) >= size / 2 ||
@@ -101,8 +108,11 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   }
   wr.send_flags = (signal ? IBV_SEND_SIGNALED : 0) | (inline_ok && len != 0 ? IBV_SEND_INLINE : 0);
   ibv_send_wr* bad = nullptr;
+  t_->msg_posting();
   if (int rc = ibv_post_send(qp_->raw(), &wr, &bad); rc != 0) {
     LT_WARN("rc: ibv_post_send to node %u: %s", conn_->peer(), std::strerror(rc));
+    w.msg = false;
+    t_->msgs_done(1);
     return Code::kPeerDown;
   }
   if (signal) since_signal_ = 0;
@@ -231,6 +241,13 @@ void Channel::on_completion(const ibv_wc& wc) {
       ring_tail_ = w.ring_end;
       done_seq_.store(seq + 1, std::memory_order_release);
       t_->count_done(seq + 1 - done);
+      uint32_t msgs = 0;
+      for (uint32_t k = done; k != seq + 1; ++k) {
+        Wqe& d = wqes_[k % depth_];
+        msgs += d.msg ? 1 : 0;
+        d.msg = false;
+      }
+      if (msgs != 0) t_->msgs_done(msgs);
     }
     report = w.report;
     user = w.user_wr_id;

@@ -104,6 +104,7 @@ class Channel {
     uint64_t user_wr_id = 0;
     uint32_t ring_end = 0;          // ring_head_ after this request took its bytes
     bool report = false;            // a kSendDone for user_wr_id
+    bool msg = false;               // a message (VerbsTransport::msg_posting)
     std::atomic<uint64_t> done{0};  // seq + 1 once complete (signaled ones)
     std::atomic<int> status{0};     // Code of the completion
   };

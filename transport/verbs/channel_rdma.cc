@@ -104,6 +104,7 @@ Status Channel::post_and_wait(ibv_send_wr* chain, uint32_t n) {
           w.user_wr_id = 0;
           w.ring_end = ring_head_;
           w.report = false;
+          w.msg = false;
           w.done.store(0, std::memory_order_relaxed);
           chain[k].wr_id = make_wr_id(seq + k);
           chain[k].next = k + 1 < n ? &chain[k + 1] : nullptr;

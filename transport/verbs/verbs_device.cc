@@ -105,14 +105,17 @@ bool VerbsDevice::arm() {
 
 bool VerbsDevice::arm_recv() { return ibv_req_notify_cq(recv_cq(), 0) == 0; }
 
+bool VerbsDevice::arm_send() { return ibv_req_notify_cq(cq_, 0) == 0; }
+
 int VerbsDevice::channel_fd() const { return channel_->fd; }
 
-bool VerbsDevice::drain_events() {
+bool VerbsDevice::drain_events(bool* send_fired) {
   bool any = false;
   ibv_cq* cq;
   void* ctx;
   while (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
     ibv_ack_cq_events(cq, 1);
+    if (send_fired != nullptr && cq == cq_) *send_fired = true;
     any = true;
   }
   return any;

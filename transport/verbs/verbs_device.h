@@ -53,7 +53,9 @@ class VerbsDevice {
   /// has a completion.
   int channel_fd() const;
   /// Takes and acknowledges the channel's pending events; false when none.
-  bool drain_events();
+  /// *send_fired (when given) tells whether the send CQ's event was among
+  /// them (that CQ is no longer armed).
+  bool drain_events(bool* send_fired = nullptr);
   /// The largest CQ the device allows.
   uint32_t max_cqe() const { return max_cqe_; }
   /// The device's atomics are atomic with respect to the CPU's on the same
@@ -72,6 +74,8 @@ class VerbsDevice {
   /// Arms the receive CQ only: a sender that reaps its completions when it
   /// next polls anyway need not be woken for them.
   bool arm_recv();
+  /// Arms the send CQ only.
+  bool arm_send();
   bool block(int timeout_ms);
 
  private:

@@ -376,19 +376,41 @@ void VerbsTransport::handle_events() {
   int k = ::epoll_wait(epfd_.get(), evs, 4, 0);
   for (int i = 0; i < k; ++i) {
     if (evs[i].data.u64 == kChannelTag) {
-      dev_->drain_events();
+      bool send_fired = false;
+      dev_->drain_events(&send_fired);
+      if (send_fired) send_armed_.store(false, std::memory_order_seq_cst);
       if (armed_.exchange(false)) kick();
     }
   }
 }
 
-// Going to sleep: arm both CQs, then look once more (a completion that came
-// before the arming raises no event).
+void VerbsTransport::arm_send() {
+  if (!send_armed_.exchange(true, std::memory_order_seq_cst)) dev_->arm_send();
+}
+
+// Before the post, so the completion of a message posted while the poller
+// sleeps raises the event. Pairs with try_arm: each stores before it loads,
+// so one of them sees the other and the send CQ is armed.
+void VerbsTransport::msg_posting() {
+  msgs_out_.fetch_add(1, std::memory_order_seq_cst);
+  if (armed_.load(std::memory_order_seq_cst) && !send_armed_.load(std::memory_order_relaxed)) {
+    arm_send();
+  }
+}
+
+// Going to sleep: arm the receive CQ, and the send CQ while messages are in
+// flight (msg_posting arms it for one posted later), then look once more (a
+// completion that came before the arming raises no event).
 void VerbsTransport::try_arm() {
   if (conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
   net::drain_eventfd(awake_fd_.get());
   armed_.store(true, std::memory_order_seq_cst);
-  dev_->arm();
+  if (dev_->recv_cq() == dev_->cq()) {
+    dev_->arm();  // one CQ for both
+  } else {
+    dev_->arm_recv();
+    if (msgs_out_.load(std::memory_order_seq_cst) != 0) arm_send();
+  }
   // Completions that came before the arming raise no event: take them now
   // (the send CQ's are handled where they are found; the receive CQ's wait
   // in stash_ for the next poll) and stay awake if there were any.

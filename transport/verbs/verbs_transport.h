@@ -22,7 +22,10 @@
 // Wake-ups follow shm's pattern: wait_fd() is an epoll set of the
 // completion channel and an "awake" eventfd kept readable while the CQs are
 // not armed; after verbs.spin_us of polls that found nothing, poll() arms
-// both CQs, polls once more, and only then lets the awake fd go quiet.
+// the receive CQ, and the send CQ only while messages are in flight (a
+// one-sided op's completion is its caller's to poll, and would only wake
+// the poller for nothing), polls once more, and only then lets the awake
+// fd go quiet.
 #pragma once
 
 #include <atomic>
@@ -90,6 +93,13 @@ class VerbsTransport final : public Transport {
   bool cq_room() const { return posted_.load(std::memory_order_relaxed) < cq_limit_; }
   void count_posted(uint32_t n) { posted_.fetch_add(n, std::memory_order_relaxed); }
   void count_done(uint32_t n) { posted_.fetch_sub(n, std::memory_order_relaxed); }
+  /// A message (SEND, or WRITE_WITH_IMM posted like one) is about to be
+  /// posted: its completion may be what the poller must see (a kSendDone,
+  /// ring room for a waiting sender, a failure), so a sleeping poller's send
+  /// CQ is armed first. One-sided ops are not counted: their caller polls
+  /// the send CQ itself until they complete.
+  void msg_posting();
+  void msgs_done(uint32_t n) { msgs_out_.fetch_sub(n, std::memory_order_relaxed); }
   /// Polls the send CQ unless another thread is at it. Any thread.
   void poll_send_cq();
   void report_send_done(uint64_t wr_id, Code code);
@@ -152,6 +162,12 @@ class VerbsTransport final : public Transport {
   std::atomic<uint64_t> hello_counter_{0};
   HelloCheck hellos_{kHelloLabel};  // the control thread's
   std::atomic<bool> armed_{false};
+  // The send CQ is armed and its event not yet taken (handle_events), and
+  // messages posted and not yet completed, all QPs: try_arm arms the send
+  // CQ only while there are some.
+  std::atomic<bool> send_armed_{false};
+  std::atomic<uint64_t> msgs_out_{0};
+  void arm_send();
   std::atomic<size_t> qps_{0};
   std::atomic<uint64_t> posted_{0};  // work requests not yet completed, all QPs
   uint64_t cq_limit_ = 0;
