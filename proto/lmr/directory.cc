@@ -2,6 +2,9 @@
 // the master, LT_publish by name and LT_map by name with rights checked by
 // the master; and the serving side of each on the node that owns the memory
 // or the name.
+#include <chrono>
+#include <thread>
+
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -95,12 +98,15 @@ Status Engine::free(LmrHandle h, Deadline d) {
 // is recent: rma/native.cc). Waits for their acknowledgements for at most
 // kGuardFreshNs: after that no mapper posts an unchecked op anyway (its
 // last check found the word alive before the owner cleared it), so a
-// stopped or slow mapper delays LT_free by that much and never longer.
+// stopped or slow mapper delays LT_free by that much and never longer. A
+// mapper that could not be told (no request slot, a failed send) is waited
+// out the same way; one that is down posts nothing.
 void Engine::revoke_mappers(const Mapping& m, const std::vector<NodeId>& mappers, Deadline d) {
   if (mappers.empty()) return;
   const Deadline by(std::min(d.at_ns(), now_ns() + transport::kGuardFreshNs));
   std::vector<ReqId> sent;
   sent.reserve(mappers.size());
+  bool untold = false;
   for (NodeId n : mappers) {
     if (n == self()) {
       client_.handles.revoke(self(), m.owner, m.key);
@@ -108,11 +114,23 @@ void Engine::revoke_mappers(const Mapping& m, const std::vector<NodeId>& mappers
     }
     ReqId id = 0;
     auto r = alloc_request(ReqKind::kPlain, n, &id);
-    if (!r) continue;
+    if (!r) {
+      untold = untold || r.status().code() != Code::kPeerDown;
+      continue;
+    }
     RevokeReq q{make_header(MsgOp::kRevokeReq, id), m.owner, 0, m.key};
-    if (send_request(*r, n, &q, sizeof(q), nullptr, 0).is_ok()) sent.push_back(id);
+    Status s = send_request(*r, n, &q, sizeof(q), nullptr, 0);
+    if (s.is_ok()) {
+      sent.push_back(id);
+    } else {
+      untold = untold || s.code() != Code::kPeerDown;
+    }
   }
   for (ReqId id : sent) (void)wait_or_cancel(id, by);
+  if (untold) {
+    const uint64_t now = now_ns();
+    if (now < by.at_ns()) std::this_thread::sleep_for(std::chrono::nanoseconds(by.at_ns() - now));
+  }
 }
 
 Status Engine::publish(LmrHandle h, const std::string& name, uint32_t max_rights, Deadline d) {
