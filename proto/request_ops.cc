@@ -102,6 +102,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     }
     if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
     if (now >= d.at_ns()) break;  // a short timeout (0: look once) ends the spin too
+    sched_.keep_fresh();
     // A spin this long means the other side is slow, often because it
     // shares this core (a CPU hog took the other one): let it run.
     pacer.maybe_yield(&now);
@@ -114,10 +115,13 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     r->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (word_state(r->word.load(std::memory_order_seq_cst)) != kStDone) {
       // The progress thread completes the request and wakes us; the cap on
-      // the sleep only bounds the cost of a missed wake-up.
-      futex_wait(&r->wake, seen, std::min<uint64_t>(left, kMaxSleepNs));
+      // the sleep only bounds the cost of a missed wake-up, or, with QoS
+      // on, keeps this process's waiting classes on the host board.
+      const uint64_t cap = sched_.paced() ? qos::Scheduler::kKeepFreshNs : kMaxSleepNs;
+      futex_wait(&r->wake, seen, std::min<uint64_t>(left, cap));
     }
     r->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    sched_.keep_fresh();
   }
   // A wait long enough to read the clock teaches the gauge how long waits
   // last here (one that slept included: spinning would have saved its wake-up).

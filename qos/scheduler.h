@@ -138,6 +138,20 @@ class Scheduler {
     if (t.cls != Ticket::kNone) complete(t, clock_.now());
   }
 
+  /// Keeps this process's classes visible to the host's other processes
+  /// while its calls wait. Only the control law's tick, run on calls,
+  /// refreshes a class's slot on the host board, and the board ignores a
+  /// slot older than HostBoard::kFreshNs: a latency class whose call waits
+  /// longer than that (its server busy with another tenant's bulk) looked
+  /// idle to the bulk tenant just when it suffered, and the bulk went
+  /// unthrottled. A waiting caller calls this between polls, and between
+  /// sleeps no longer than kKeepFreshNs. Nothing with QoS off.
+  bool paced() const { return !classes_.empty(); }
+  void keep_fresh() {
+    if (!classes_.empty()) maybe_tick(clock_.now());
+  }
+  static constexpr uint64_t kKeepFreshNs = HostBoard::kFreshNs / 2;
+
   /// An operation the caller does in place, with no request (a native read
   /// or write on `peer`'s memory, say): with QoS on it passes the gate,
   /// reports its RTT and retires. `op()` says whether it was done in place; a
