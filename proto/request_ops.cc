@@ -102,7 +102,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     }
     if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
     if (now >= d.at_ns()) break;  // a short timeout (0: look once) ends the spin too
-    sched_.keep_fresh();
+    sched_.keep_fresh(now);
     // A spin this long means the other side is slow, often because it
     // shares this core (a CPU hog took the other one): let it run.
     pacer.maybe_yield(&now);
@@ -121,7 +121,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
       futex_wait(&r->wake, seen, std::min<uint64_t>(left, cap));
     }
     r->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    sched_.keep_fresh();
+    if (sched_.paced()) sched_.keep_fresh(now_ns());
   }
   // A wait long enough to read the clock teaches the gauge how long waits
   // last here (one that slept included: spinning would have saved its wake-up).

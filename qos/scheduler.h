@@ -145,10 +145,11 @@ class Scheduler {
   /// longer than that (its server busy with another tenant's bulk) looked
   /// idle to the bulk tenant just when it suffered, and the bulk went
   /// unthrottled. A waiting caller calls this between polls, and between
-  /// sleeps no longer than kKeepFreshNs. Nothing with QoS off.
+  /// sleeps no longer than kKeepFreshNs, with the time it read (the
+  /// scheduler's clock: now_ns outside tests). Nothing with QoS off.
   bool paced() const { return !classes_.empty(); }
-  void keep_fresh() {
-    if (!classes_.empty()) maybe_tick(clock_.now());
+  void keep_fresh(uint64_t now) {
+    if (!classes_.empty()) maybe_tick(now);
   }
   static constexpr uint64_t kKeepFreshNs = HostBoard::kFreshNs / 2;
 

@@ -51,7 +51,7 @@ Status HandleTable::check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len
     }
   }
   // Revoked by its master as it freed the LMR: no message, no RDMA op.
-  if (p->revoked.on.load(std::memory_order_acquire)) return Code::kBadHandle;
+  if (p->revoked.v.load(std::memory_order_acquire)) return Code::kBadHandle;
   if ((p->rights & need) != need) return Code::kPerm;
   if (off > p->size || len > p->size - off) return Code::kOutOfBounds;
   m->p_ = p;
@@ -111,7 +111,7 @@ size_t HandleTable::revoke(NodeId minted_by, NodeId owner, uint64_t key) const {
   size_t n = 0;
   table_.for_each([&](const std::shared_ptr<Mapping>& m) {
     if (m->minted_by != minted_by || m->owner != owner || m->key != key) return;
-    m->revoked.on.store(true, std::memory_order_release);
+    m->revoked.v.store(true, std::memory_order_release);
     ++n;
   });
   return n;

@@ -53,10 +53,11 @@ class HandleTable {
   Status erase(LmrHandle h) { return table_.erase(h, nullptr); }
 
   /// The handle's mapping once `need` rights and [off, off + len) check
-  /// out: kBadHandle (also for a revoked handle), kPerm, kOutOfBounds. `m` must be empty. A handle
-  /// looked up again by the same thread, with no handle erased from the
-  /// table since, comes from the thread's cache: no lock and no reference
-  /// count, so an 8-byte LT_read pays no locked instruction for its handle.
+  /// out: kBadHandle (also for a handle its master revoked), kPerm,
+  /// kOutOfBounds. `m` must be empty. A handle looked up again by the same
+  /// thread, with no handle erased from the table since, comes from the
+  /// thread's cache: no lock and no reference count, so an 8-byte LT_read
+  /// pays no locked instruction for its handle.
   Status check(LmrHandle h, uint32_t need, uint64_t off, uint64_t len, MappingRef* m) const;
 
   /// Remembers `name` -> (h, max_rights); kExists if the name is taken here.

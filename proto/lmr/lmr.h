@@ -25,24 +25,15 @@ inline uint64_t cap_for(const SipKey& secret, uint64_t key, uint32_t rights) {
   return siphash24(secret, in, sizeof(in));
 }
 
-/// A time several threads may set; a copy takes the value.
-struct Stamp {
-  std::atomic<uint64_t> ns{0};
-  Stamp() = default;
-  Stamp(const Stamp& o) : ns(o.ns.load(std::memory_order_relaxed)) {}
-  Stamp& operator=(const Stamp& o) {
-    ns.store(o.ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    return *this;
-  }
-};
-
-/// A flag several threads may set; a copy takes the value.
-struct Flag {
-  std::atomic<bool> on{false};
-  Flag() = default;
-  Flag(const Flag& o) : on(o.on.load(std::memory_order_relaxed)) {}
-  Flag& operator=(const Flag& o) {
-    on.store(o.on.load(std::memory_order_relaxed), std::memory_order_relaxed);
+/// An atomic several threads may set that a copy of its holder copies by
+/// value (a Mapping is copied for LT_memcpy's destination).
+template <typename T>
+struct CopyableAtomic {
+  std::atomic<T> v{};
+  CopyableAtomic() = default;
+  CopyableAtomic(const CopyableAtomic& o) : v(o.v.load(std::memory_order_relaxed)) {}
+  CopyableAtomic& operator=(const CopyableAtomic& o) {
+    v.store(o.v.load(std::memory_order_relaxed), std::memory_order_relaxed);
     return *this;
   }
 };
@@ -66,11 +57,11 @@ struct Mapping {
   NodeId minted_by = 0;
   /// When (now_ns, this node's clock) a native op last found the LMR's
   /// liveness word holding `key`, read at or after that time: rma/native.cc.
-  mutable Stamp alive_seen;
+  mutable CopyableAtomic<uint64_t> alive_seen;
   /// Set when the master revoked the handle as it freed the LMR: every op
   /// on it is kBadHandle from then on (HandleTable::check), without a word
   /// to the owner.
-  mutable Flag revoked;
+  mutable CopyableAtomic<bool> revoked;
 
   /// What a request to the owner names the LMR by.
   LmrRef ref() const { return LmrRef{key, cap, rights, 0}; }

@@ -62,7 +62,7 @@ Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* e
   const transport::Caps none;
   const transport::Caps& caps = via != nullptr ? via->caps() : none;
   const uint64_t posted = now_ns();
-  const uint64_t age = posted - m.alive_seen.ns.load(std::memory_order_relaxed);
+  const uint64_t age = posted - m.alive_seen.v.load(std::memory_order_relaxed);
   if (caps.guard_after && age < kUncheckedNs) {
     return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
   }
@@ -81,12 +81,12 @@ Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* e
     pair[read ? 0 : 1] = chk;
     pair[read ? 1 : 0] = wr;
     LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(pair, 2)));
-    m.alive_seen.ns.store(posted, std::memory_order_relaxed);
+    m.alive_seen.v.store(posted, std::memory_order_relaxed);
     return Status::ok();
   }
   LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(&chk, 1)));
   if (alive != m.key) return Code::kBadHandle;
-  m.alive_seen.ns.store(posted, std::memory_order_relaxed);
+  m.alive_seen.v.store(posted, std::memory_order_relaxed);
   return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
 }
 

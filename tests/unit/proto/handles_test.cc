@@ -164,11 +164,11 @@ TEST(HandleTable, RevokeMarksOnlyTheMastersHandlesOfThatLmr) {
   auto a = make(1, 2, 100), b = make(1, 2, 100), other_key = make(1, 2, 101),
        other_owner = make(1, 3, 100), other_master = make(4, 2, 100);
   EXPECT_EQ(t.revoke(1, 2, 100), 2u);
-  EXPECT_TRUE(a->revoked.on.load());
-  EXPECT_TRUE(b->revoked.on.load());
-  EXPECT_FALSE(other_key->revoked.on.load());
-  EXPECT_FALSE(other_owner->revoked.on.load());
-  EXPECT_FALSE(other_master->revoked.on.load());
+  EXPECT_TRUE(a->revoked.v.load());
+  EXPECT_TRUE(b->revoked.v.load());
+  EXPECT_FALSE(other_key->revoked.v.load());
+  EXPECT_FALSE(other_owner->revoked.v.load());
+  EXPECT_FALSE(other_master->revoked.v.load());
   EXPECT_EQ(t.revoke(9, 2, 100), 0u);
 }
 
