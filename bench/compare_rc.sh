@@ -2,7 +2,13 @@
 # compare_rc.sh: ltier over rc and over ud side by side with perftest and ucx_perftest on
 # the same Soft-RoCE device, in ONE guest run. Run it inside the guest the test harness boots:
 #
-#   cd build && ../tests/rdma/rxe-guest --timeout 900 -- bash ../bench/compare_rc.sh [ROUNDS] [ITERS]
+#   cd build && ../tests/rdma/rxe-guest --timeout 900 -- bash ../bench/compare_rc.sh [ROUNDS] [ITERS] [MODE]
+#
+# MODE lat (the default) measures latency as below; bw measures bandwidth instead, each
+# round in alternating order: ib_write_bw -s S, ucx_perftest -t put_bw -s S (UCT rc_verbs,
+# zcopy) and ltier-perf --ops write --bw --window 16 (LT_write_async, 16 in flight), for
+# S = 64 KiB and 1 MiB, all in decimal MB/s (perftest's MB/sec and UCX's MB/s are
+# 2^20 bytes a second: converted).
 #
 # Every round runs, 8-byte messages, in an order that alternates between rounds:
 #   perftest      ib_read_lat, ib_write_lat, ib_atomic_lat, ib_send_lat, and ib_send_lat
@@ -20,6 +26,7 @@ set -u -o pipefail
 
 ROUNDS=${1:-3}
 ITERS=${2:-1000}
+MODE=${3:-lat}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=${BUILD:-$(pwd)}
 PERF=$BUILD/tools/ltier-perf
@@ -60,22 +67,60 @@ run_ltier() {
     awk -v pre="$prefix" '/^lat / { split($2, o, "="); split($5, p, "="); print "ltier-perf " pre o[2], p[2] }'
 }
 
+# Bandwidth of S-byte writes, decimal MB/s. ib_write_bw's "BW average" column is
+# MiB/s; UCX's Final line has its average bandwidth (MiB/s) in the sixth field.
+run_perftest_bw() {
+  local size=$1
+  ib_write_bw -d rxe0 -x 1 -s "$size" -n "$ITERS" >/dev/null 2>&1 &
+  sleep 1
+  local v
+  v=$(timeout 300 ib_write_bw -d rxe0 -x 1 -s "$size" -n "$ITERS" "$IP" 2>&1 |
+    awk -v s="$size" '$1 == s && NF >= 4 { printf "%.1f\n", $4 * 1.048576 }' | tail -1)
+  wait
+  echo "perftest write_bw:$size ${v:-NA}"
+}
+
+run_ucx_bw() {
+  local size=$1
+  timeout 300 ucx_perftest -p 13337 >/dev/null 2>&1 &
+  sleep 1
+  local v
+  v=$(timeout 300 ucx_perftest "$IP" -p 13337 -x rc_verbs -d rxe0:1 -t put_bw -D zcopy -s "$size" \
+    -n "$ITERS" 2>&1 | awk '/^ *Final:/ { printf "%.1f\n", $6 * 1.048576 }' | tail -1)
+  wait
+  echo "ucx_perftest put_bw:$size ${v:-NA}"
+}
+
+run_ltier_bw() {
+  LTIER_TRANSPORTS=rc,tcp timeout 300 "$PERF" --ops write --bw --window 16 --sizes 65536,1048576 \
+    --iters "$ITERS" 2>&1 |
+    awk '/^bw / { split($2, o, "="); split($3, z, "="); split($5, m, "=");
+                  print "ltier-perf " o[2] "_bw:" z[2], m[2] }'
+}
+
 have_ucx=1
 command -v ucx_perftest >/dev/null || have_ucx=0
 for ((r = 1; r <= ROUNDS; r++)); do
   order=(perftest ucx ltier)
   ((r % 2 == 0)) && order=(ltier ucx perftest)
   for tool in "${order[@]}"; do
-    case $tool in
-      perftest) for t in read write atomic send send_ud; do run_perftest $t; done ;;
-      ucx) ((have_ucx)) && for t in put_lat am_lat get fadd; do run_ucx $t; done ;;
-      ltier) run_ltier rc,tcp "" && run_ltier ud,tcp ud: ;;
+    case $MODE:$tool in
+      lat:perftest) for t in read write atomic send send_ud; do run_perftest $t; done ;;
+      lat:ucx) ((have_ucx)) && for t in put_lat am_lat get fadd; do run_ucx $t; done ;;
+      lat:ltier) run_ltier rc,tcp "" && run_ltier ud,tcp ud: ;;
+      bw:perftest) for s in 65536 1048576; do run_perftest_bw $s; done ;;
+      bw:ucx) ((have_ucx)) && for s in 65536 1048576; do run_ucx_bw $s; done ;;
+      bw:ltier) run_ltier_bw ;;
     esac
   done | tee -a "$RAW/all" | sed "s/^/round $r: /"
 done
 
-echo "== medians over $ROUNDS rounds, $ITERS iterations, 8 B, microseconds"
-echo "   (perftest, put_lat, am_lat: half round trip; get, fadd, ltier-perf: round trip)"
+if [[ $MODE == bw ]]; then
+  echo "== medians over $ROUNDS rounds, decimal MB/s (point: op_bw:size)"
+else
+  echo "== medians over $ROUNDS rounds, $ITERS iterations, 8 B, microseconds"
+  echo "   (perftest, put_lat, am_lat: half round trip; get, fadd, ltier-perf: round trip)"
+fi
 awk '{ k = $1 " " $2; v[k] = v[k] " " $3 } END { for (k in v) print k, v[k] }' "$RAW/all" |
   sort | while read -r tool point vals; do
     med=$(tr ' ' '\n' <<<"$vals" | grep -v '^$' | grep -v NA | sort -g |

@@ -65,7 +65,9 @@ constexpr Command kCommands[] = {
     {"write", "H OFF HEX -> ok", cmd_write},
     {"fill", "H OFF LEN BYTE -> ok (LT_write of LEN copies of BYTE)", cmd_fill},
     {"read", "H OFF LEN -> ok HEX", cmd_read},
-    {"write_pat", "H OFF LEN SEED CHUNK -> ok (a pattern of SEED, in LT_writes of CHUNK bytes)",
+    {"write_pat",
+     "H OFF LEN SEED CHUNK [WINDOW] -> ok (a pattern of SEED, in LT_writes of CHUNK bytes; "
+     "with WINDOW, LT_write_asyncs, WINDOW in flight)",
      cmd_write_pat},
     {"check_pat",
      "H OFF LEN SEED CHUNK -> ok|err mismatch at I (LT_reads of CHUNK bytes, every byte "

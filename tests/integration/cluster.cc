@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -69,7 +70,10 @@ std::string Proc::read_line(int timeout_ms) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                     end - std::chrono::steady_clock::now())
                     .count();
-    if (left <= 0) return "TIMEOUT";
+    if (left <= 0) {
+      if (timeout_ms >= kHangMs) dump_stacks();
+      return "TIMEOUT";
+    }
     pollfd p{out_, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
     char tmp[65536];
@@ -77,6 +81,16 @@ std::string Proc::read_line(int timeout_ms) {
     if (n <= 0) return "EOF";
     buf_.append(tmp, static_cast<size_t>(n));
   }
+}
+
+void Proc::dump_stacks() {
+  if (dumped_ || pid_ <= 0 || access("/usr/bin/gdb", X_OK) != 0) return;
+  dumped_ = true;
+  const std::string c = "/usr/bin/gdb -p " + std::to_string(pid_) +
+                        " -batch -ex 'thread apply all bt 40' 2>/dev/null | grep -E '^(#|Thread)' "
+                        "1>&2";
+  fprintf(stderr, "itest: pid %d gave no reply in time; its threads:\n", static_cast<int>(pid_));
+  if (std::system(c.c_str()) != 0) fprintf(stderr, "itest: gdb could not attach\n");
 }
 
 bool Proc::send(const std::string& line) {

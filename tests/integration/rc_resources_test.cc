@@ -160,6 +160,34 @@ TEST_F(RcResources, OpsGoAloneWhileTheLivenessCheckIsFresh) {
   EXPECT_EQ(c->cmd("write " + m + " 0 01"), "err LT_ERR_BAD_HANDLE");
 }
 
+// LT_write_async with a window of requests: the writes are done by the
+// device (the owner's served counter does not move), every byte arrives,
+// and a window cut by the owner's death fails with LT_ERR_PEER_DOWN instead
+// of hanging.
+TEST_F(RcResources, WindowedAsyncWritesLandWholeAndFailWithTheirPeer) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  std::string h = ok_value(a->cmd("malloc " + ids_[1] + " 4194304 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(a->cmd("publish " + h + " itest.window rw"), "ok");
+  std::string m = ok_value(c->cmd("map itest.window rw"));
+  ASSERT_FALSE(m.empty());
+  ASSERT_EQ(c->cmd("read " + m + " 0 1"), "ok 00");  // connected, the stamp fresh
+  const long long before = stat(b->cmd("stats"), "served");
+  ASSERT_GE(before, 0);
+  // 64 KiB writes 16 in flight, then odd sizes that straddle chunks.
+  EXPECT_EQ(c->cmd("write_pat " + m + " 0 3145728 11 65536 16", 120000), "ok");
+  EXPECT_EQ(c->cmd("write_pat " + m + " 3145728 1048576 12 200003 4", 120000), "ok");
+  EXPECT_EQ(stat(b->cmd("stats"), "served"), before);
+  EXPECT_EQ(a->cmd("check_pat " + h + " 0 3145728 11 1048576", 120000), "ok");
+  EXPECT_EQ(a->cmd("check_pat " + h + " 3145728 1048576 12 1048576", 120000), "ok");
+  // The owner dies while a window is in flight.
+  ASSERT_TRUE(c->send("write_pat " + m + " 0 4194304 13 65536 16"));
+  b->signal(SIGKILL);
+  const std::string r = c->read_line(120000);
+  EXPECT_TRUE(r == "ok" || r.rfind("err LT_ERR_PEER_DOWN", 0) == 0) << r;
+  EXPECT_EQ(c->cmd("write_pat " + m + " 0 65536 13 65536 16", 60000).rfind("err ", 0), 0u);
+}
+
 // With verbs.rc_qp_budget = K every node has room for one rc peer: a reaches
 // b over rc, and the pairs that come after go over ud (the dialer's budget
 // or the acceptor's refuses), saying why; every pair still works, and ud

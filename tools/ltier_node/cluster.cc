@@ -145,18 +145,41 @@ std::string cmd_fill(lt_engine_t* e, Args& a) {
 }
 
 // write_pat and check_pat: pattern(LEN, SEED) in CHUNK-byte LT_writes and
-// LT_reads, every byte compared on the way back.
+// LT_reads, every byte compared on the way back. write_pat with a WINDOW:
+// LT_write_asyncs, WINDOW of them in flight.
 std::string cmd_write_pat(lt_engine_t* e, Args& a) {
   lt_lmr_t h = a.u64();
   uint64_t off = a.u64(), len = a.u64(), seed = a.u64(), chunk = std::max<uint64_t>(1, a.u64());
-  if (len > (1u << 30)) return "err LT_ERR_INVAL";
+  std::string w;
+  const uint64_t window = a.optional_word(&w) ? std::stoull(w) : 0;
+  if (len > (1u << 30) || window > 1024) return "err LT_ERR_INVAL";
   const auto b = pattern(len, static_cast<unsigned>(seed));
+  std::vector<lt_req_t> reqs(window);
+  uint64_t issued = 0, waited = 0;
+  std::string failed;
   for (uint64_t at = 0; at < len; at += chunk) {
-    if (int rc = LT_write(e, h, off + at, b.data() + at, std::min(chunk, len - at)); rc) {
-      return err(rc) + " at " + std::to_string(at);
+    const uint64_t n = std::min(chunk, len - at);
+    if (window == 0) {
+      if (int rc = LT_write(e, h, off + at, b.data() + at, n); rc) {
+        return err(rc) + " at " + std::to_string(at);
+      }
+      continue;
     }
+    if (issued - waited == window) {
+      int rc = LT_wait(e, reqs[waited++ % window], -1);
+      if (rc != 0 && failed.empty()) failed = err(rc) + " in flight";
+    }
+    if (int rc = LT_write_async(e, h, off + at, b.data() + at, n, &reqs[issued % window]); rc) {
+      failed = err(rc) + " at " + std::to_string(at);
+      break;
+    }
+    ++issued;
   }
-  return "ok";
+  while (waited < issued) {  // b must outlive every write
+    int rc = LT_wait(e, reqs[waited++ % window], -1);
+    if (rc != 0 && failed.empty()) failed = err(rc) + " in flight";
+  }
+  return failed.empty() ? "ok" : failed;
 }
 
 std::string cmd_check_pat(lt_engine_t* e, Args& a) {

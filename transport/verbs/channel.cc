@@ -26,7 +26,8 @@ Channel::Channel(VerbsTransport* t, VerbsConn* conn, std::unique_ptr<RcQp> qp, M
 Channel::~Channel() {
   // Messages that never completed (the connection closed under them).
   uint32_t msgs = 0;
-  for (uint32_t k = done_seq_.load(std::memory_order_relaxed); wqes_ && k != next_seq_; ++k) {
+  const uint32_t next = next_seq_.load(std::memory_order_relaxed);
+  for (uint32_t k = done_seq_.load(std::memory_order_relaxed); wqes_ && k != next; ++k) {
     msgs += wqes_[k % depth_].msg ? 1 : 0;
   }
   if (msgs != 0) t_->msgs_done(msgs);
@@ -37,7 +38,7 @@ Channel::~Channel() {
 
 uint32_t Channel::in_flight() const {
   std::lock_guard<SpinLock> g(const_cast<SpinLock&>(mu_));
-  return next_seq_ - done_seq_.load(std::memory_order_relaxed);
+  return next_seq_.load(std::memory_order_relaxed) - done_seq_.load(std::memory_order_acquire);
 }
 
 void Channel::fail() {
@@ -46,13 +47,14 @@ void Channel::fail() {
 }
 
 bool Channel::room_locked(uint32_t len) const {
-  if (next_seq_ - done_seq_.load(std::memory_order_relaxed) >= depth_ - 1) return false;
+  const uint32_t next = next_seq_.load(std::memory_order_relaxed);
+  if (next - done_seq_.load(std::memory_order_acquire) >= depth_ - 1) return false;
   if (!t_->cq_room()) return false;
   if (len == 0) return true;
   const uint32_t size = static_cast<uint32_t>(ring_.len);
   const uint32_t pos = ring_head_ % size;
   const uint32_t pad = pos + len > size ? size - pos : 0;
-  return (ring_head_ - ring_tail_) + pad + len <= size;
+  return (ring_head_ - ring_tail_.load(std::memory_order_acquire)) + pad + len <= size;
 }
 
 // One SEND of the parts gathered; `imm` frames it. Copied into the ring
@@ -86,15 +88,16 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
     ring_head_ += len;
     sge[nsge++] = {reinterpret_cast<uint64_t>(ring_.addr + pos), len, ring_.lkey};
   }
-  const uint32_t seq = next_seq_;
+  const uint32_t seq = next_seq_.load(std::memory_order_relaxed);
   Wqe& w = wqes_[seq % depth_];
   w.user_wr_id = wr_id;
   w.ring_end = ring_head_;
   w.report = report && last;
   w.msg = true;
   w.done.store(0, std::memory_order_relaxed);
-  const uint32_t queued = seq + 1 - done_seq_.load(std::memory_order_relaxed);
-  const bool signal = w.report || queued >= depth_ / 2 || (ring_head_ - ring_tail_) >= size / 2 ||
+  const uint32_t queued = seq + 1 - done_seq_.load(std::memory_order_acquire);
+  const bool signal = w.report || queued >= depth_ / 2 ||
+                      (ring_head_ - ring_tail_.load(std::memory_order_acquire)) >= size / 2 ||
                       ++since_signal_ >= 64;
   ibv_send_wr wr{};
   wr.wr_id = make_wr_id(seq);
@@ -109,15 +112,18 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   wr.send_flags = (signal ? IBV_SEND_SIGNALED : 0) | (inline_ok && len != 0 ? IBV_SEND_INLINE : 0);
   ibv_send_wr* bad = nullptr;
   t_->msg_posting();
+  // Counted before the post: its completion may come at once.
+  t_->count_posted(1);
+  next_seq_.store(seq + 1, std::memory_order_release);
   if (int rc = ibv_post_send(qp_->raw(), &wr, &bad); rc != 0) {
     LT_WARN("rc: ibv_post_send to node %u: %s", conn_->peer(), std::strerror(rc));
+    next_seq_.store(seq, std::memory_order_release);  // mu_ held: nobody posted since
+    t_->count_done(1);
     w.msg = false;
     t_->msgs_done(1);
     return Code::kPeerDown;
   }
   if (signal) since_signal_ = 0;
-  next_seq_ = seq + 1;
-  t_->count_posted(1);
   return Status::ok();
 }
 
@@ -230,31 +236,30 @@ void Channel::on_completion(const ibv_wc& wc) {
     }
     t_->break_conn(conn_);
   }
-  bool report = false;
-  uint64_t user = 0;
-  {
-    std::lock_guard<SpinLock> g(mu_);
-    // Completions come in order; an unsignaled request completes only when
-    // it failed (flushed), and a later signaled one covers it otherwise.
-    const uint32_t done = done_seq_.load(std::memory_order_relaxed);
-    if (seq - done < next_seq_ - done) {
-      ring_tail_ = w.ring_end;
-      done_seq_.store(seq + 1, std::memory_order_release);
-      t_->count_done(seq + 1 - done);
-      uint32_t msgs = 0;
-      for (uint32_t k = done; k != seq + 1; ++k) {
-        Wqe& d = wqes_[k % depth_];
-        msgs += d.msg ? 1 : 0;
-        d.msg = false;
-      }
-      if (msgs != 0) t_->msgs_done(msgs);
-    }
-    report = w.report;
-    user = w.user_wr_id;
-    w.report = false;
+  // Completions come in order, one thread at a time (the transport's
+  // send-CQ lock); an unsignaled request completes only when it failed
+  // (flushed), and a later signaled one covers it otherwise. No mu_: a
+  // poster may hold it inside ibv_post_send, where Soft-RoCE does the
+  // request's work. A poster fills a Wqe before it moves next_seq_ past it
+  // and reuses one only once done_seq_ has moved past it, so everything is
+  // read here before done_seq_ moves.
+  const uint32_t done = done_seq_.load(std::memory_order_relaxed);
+  if (seq - done >= next_seq_.load(std::memory_order_acquire) - done) return;  // stale
+  const bool report = w.report;
+  const uint64_t user = w.user_wr_id;
+  w.report = false;
+  uint32_t msgs = 0;
+  for (uint32_t k = done; k != seq + 1; ++k) {
+    Wqe& d = wqes_[k % depth_];
+    msgs += d.msg ? 1 : 0;
+    d.msg = false;
   }
+  ring_tail_.store(w.ring_end, std::memory_order_release);
   w.status.store(static_cast<int>(code), std::memory_order_relaxed);
   w.done.store(uint64_t{seq} + 1, std::memory_order_release);
+  done_seq_.store(seq + 1, std::memory_order_release);
+  t_->count_done(seq + 1 - done);
+  if (msgs != 0) t_->msgs_done(msgs);
   if (report) t_->report_send_done(user, code);
 }
 

@@ -26,7 +26,8 @@
 //
 // Thread contract: post_message and execute from any thread (mu_ guards the
 // send queue and ring; bounce_mu_ the bounce buffer, held across one op);
-// on_completion under the transport's send-CQ lock; pump by the poller.
+// on_completion under the transport's send-CQ lock, without mu_; pump by
+// the poller.
 #pragma once
 
 #include <atomic>
@@ -154,9 +155,12 @@ class Channel {
 
   SpinLock mu_;
   std::unique_ptr<Wqe[]> wqes_;
-  uint32_t next_seq_ = 0;                   // next to post
-  std::atomic<uint32_t> done_seq_{0};       // every seq below this completed
-  uint32_t ring_head_ = 0, ring_tail_ = 0;  // bytes taken / freed, modulo 2^32
+  // Written under mu_, read by on_completion without it (see there).
+  std::atomic<uint32_t> next_seq_{0};  // next to post
+  std::atomic<uint32_t> done_seq_{0};  // every seq below this completed
+  // Bytes taken (under mu_) and freed (by completions), modulo 2^32.
+  uint32_t ring_head_ = 0;
+  std::atomic<uint32_t> ring_tail_{0};
   uint32_t since_signal_ = 0;
   std::deque<Pending> backlog_;
   std::atomic<size_t> backlog_size_{0};

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/log.h"
 #include "common/time.h"
 #include "transport/verbs/channel.h"
 #include "transport/verbs/mem_pool.h"
@@ -31,6 +32,13 @@ Status Channel::wait_for(uint32_t seq) {
     if (w.done.load(std::memory_order_acquire) == uint64_t{seq} + 1) {
       if (i >= 64) t_->op_gauge().note(now_ns() - start);
       return static_cast<Code>(w.status.load(std::memory_order_relaxed));
+    }
+    // Done, and its Wqe already taken by a later request: the channel
+    // posted depth_ more since (another thread's stream of fragments while
+    // this one slept). It failed only if the connection broke (on_completion
+    // breaks it before it moves done_seq_).
+    if (static_cast<int32_t>(done_seq_.load(std::memory_order_acquire) - (seq + 1)) >= 0) {
+      return conn_->broken_.load(std::memory_order_acquire) ? Code::kPeerDown : Code::kOk;
     }
     t_->poll_send_cq();
     if (i < 64) continue;
@@ -90,15 +98,20 @@ Status Channel::execute_chunk(const WorkRequest& wr, uint64_t roff, uint64_t loc
 
 // Posts `n` one-sided work requests chained (one doorbell), only the last
 // signaled, and waits for it: RC completes them in order, and a failed one
-// completes (with an error) whether signaled or not.
+// completes (with an error) whether signaled or not. Room comes back with
+// completions; a channel that has none for kNoRoomNs (its QP stuck, or an
+// accounting bug) fails the op rather than hang its caller.
 Status Channel::post_and_wait(ibv_send_wr* chain, uint32_t n) {
+  constexpr uint64_t kNoRoomNs = 2'000'000'000ull;
   uint32_t seq = 0;
+  uint64_t waiting_since = 0;
   for (;;) {
     {
       std::lock_guard<SpinLock> g(mu_);
       if (failed()) return Code::kPeerDown;
-      if (room_locked(0) && next_seq_ + n - done_seq_.load(std::memory_order_relaxed) < depth_) {
-        seq = next_seq_;
+      const uint32_t next = next_seq_.load(std::memory_order_relaxed);
+      if (room_locked(0) && next + n - done_seq_.load(std::memory_order_acquire) < depth_) {
+        seq = next;
         for (uint32_t k = 0; k < n; ++k) {
           Wqe& w = wqes_[(seq + k) % depth_];
           w.user_wr_id = 0;
@@ -111,16 +124,28 @@ Status Channel::post_and_wait(ibv_send_wr* chain, uint32_t n) {
           chain[k].send_flags = k + 1 < n ? 0 : IBV_SEND_SIGNALED;
         }
         ibv_send_wr* bad = nullptr;
-        if (ibv_post_send(qp_->raw(), chain, &bad) != 0) return Code::kPeerDown;
-        next_seq_ = seq + n;
+        // Counted before the post: the completions may come at once.
+        t_->count_posted(n);
+        next_seq_.store(seq + n, std::memory_order_release);
+        if (ibv_post_send(qp_->raw(), chain, &bad) != 0) {
+          next_seq_.store(seq, std::memory_order_release);  // mu_ held: nobody posted since
+          t_->count_done(n);
+          return Code::kPeerDown;
+        }
         since_signal_ = 0;
         break;
       }
     }
+    const uint64_t now = now_ns();
+    if (waiting_since == 0) waiting_since = now;
+    if (now - waiting_since > kNoRoomNs) {
+      LT_WARN("rc: no room to post to node %u for 2 s (%u requests in flight, %s)", conn_->peer(),
+              in_flight(), t_->cq_room() ? "send CQ has room" : "send CQ full");
+      return Code::kNoResource;
+    }
     t_->poll_send_cq();
     sched_yield();
   }
-  t_->count_posted(n);
   return wait_for(seq + n - 1);
 }
 
