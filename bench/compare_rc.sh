@@ -75,7 +75,7 @@ run_perftest_bw() {
   sleep 1
   local v
   v=$(timeout 300 ib_write_bw -d rxe0 -x 1 -s "$size" -n "$ITERS" "$IP" 2>&1 |
-    awk -v s="$size" '$1 == s && NF >= 4 { printf "%.1f\n", $4 * 1.048576 }' | tail -1)
+    awk -v s="$size" '$1 == s && NF >= 4 && $4 + 0 > 0 { printf "%.1f\n", $4 * 1.048576 }' | tail -1)
   wait
   echo "perftest write_bw:$size ${v:-NA}"
 }
@@ -86,7 +86,7 @@ run_ucx_bw() {
   sleep 1
   local v
   v=$(timeout 300 ucx_perftest "$IP" -p 13337 -x rc_verbs -d rxe0:1 -t put_bw -D zcopy -s "$size" \
-    -n "$ITERS" 2>&1 | awk '/^ *Final:/ { printf "%.1f\n", $6 * 1.048576 }' | tail -1)
+    -n "$ITERS" 2>&1 | awk '/^ *Final:/ && $6 + 0 > 0 { printf "%.1f\n", $6 * 1.048576 }' | tail -1)
   wait
   echo "ucx_perftest put_bw:$size ${v:-NA}"
 }
