@@ -84,12 +84,20 @@ std::string Proc::read_line(int timeout_ms) {
 }
 
 void Proc::dump_stacks() {
-  if (dumped_ || pid_ <= 0 || access("/usr/bin/gdb", X_OK) != 0) return;
-  dumped_ = true;
-  const std::string c = "/usr/bin/gdb -p " + std::to_string(pid_) +
-                        " -batch -ex 'thread apply all bt 40' 2>/dev/null | grep -E '^(#|Thread)' "
-                        "1>&2";
-  fprintf(stderr, "itest: pid %d gave no reply in time; its threads:\n", static_cast<int>(pid_));
+  // Once per test process: the node that did not answer, then every other
+  // process this test started (the manager, the node's peers), since the
+  // one stuck may be a peer.
+  static bool dumped = false;
+  if (dumped || pid_ <= 0 || access("/usr/bin/gdb", X_OK) != 0) return;
+  dumped = true;
+  const std::string bt =
+      " -batch -ex 'thread apply all bt 40' 2>/dev/null | grep -E '^(#|Thread)' 1>&2";
+  fprintf(stderr, "itest: pid %d gave no reply in time; its threads, then the others':\n",
+          static_cast<int>(pid_));
+  const std::string c = "/usr/bin/gdb -p " + std::to_string(pid_) + bt + "; for p in $(pgrep -P " +
+                        std::to_string(getpid()) + "); do [ $p = " + std::to_string(pid_) +
+                        " ] && continue; echo \"itest: pid $p\" 1>&2; /usr/bin/gdb -p $p" + bt +
+                        "; done";
   if (std::system(c.c_str()) != 0) fprintf(stderr, "itest: gdb could not attach\n");
 }
 

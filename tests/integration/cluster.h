@@ -34,15 +34,15 @@ class Proc {
 
  private:
   // A read that waited this long for a reply met a hung node: its threads'
-  // stacks go to stderr (once, where gdb is installed), so a rare hang seen
-  // in CI can be read from the log.
+  // stacks, and those of the test's other processes, go to stderr (once per
+  // test process, where gdb is installed), so a rare hang seen in CI can be
+  // read from the log.
   static constexpr int kHangMs = 10000;
   void dump_stacks();
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1;
   std::string buf_;
   bool reaped_ = false;
-  bool dumped_ = false;
 };
 
 struct ClusterOptions {
