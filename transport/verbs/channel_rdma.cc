@@ -38,6 +38,9 @@ Status Channel::wait_for(uint32_t seq) {
     // this one slept). It failed only if the connection broke (on_completion
     // breaks it before it moves done_seq_).
     if (static_cast<int32_t>(done_seq_.load(std::memory_order_acquire) - (seq + 1)) >= 0) {
+      if (w.done.load(std::memory_order_acquire) == uint64_t{seq} + 1) {  // completed just now
+        return static_cast<Code>(w.status.load(std::memory_order_relaxed));
+      }
       return conn_->broken_.load(std::memory_order_acquire) ? Code::kPeerDown : Code::kOk;
     }
     t_->poll_send_cq();
