@@ -104,8 +104,9 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "rc: per QP, registered staging for one-sided ops on unregistered local buffers", K::kU32,
        &c.verbs.bounce_bytes},
       {"verbs.spin_us", "LTIER_VERBS_SPIN_US",
-       "rc: polls that find nothing this long arm the completion channel", K::kU32,
-       &c.verbs.spin_us},
+       "rc: a one-sided op's caller polls for its completion at least this long before it "
+       "sleeps",
+       K::kU32, &c.verbs.spin_us},
       {"verbs.connect_timeout_ms", "LTIER_VERBS_CONNECT_TIMEOUT_MS",
        "rc: the QP address exchange with a new peer gives up after this", K::kU32,
        &c.verbs.connect_timeout_ms},

@@ -62,7 +62,7 @@ struct VerbsConfig {
   uint32_t eager_max_bytes = 16u << 10;    // messages above this go by rendezvous
   uint32_t pool_bytes = 64u << 20;         // LMR memory is carved from pools of this size
   uint32_t bounce_bytes = 256u << 10;      // per QP: staging for unregistered local buffers
-  uint32_t spin_us = 20;                   // polls that find nothing this long arm the CQs
+  uint32_t spin_us = 20;                   // a one-sided op polls this long at least, then sleeps
   uint32_t connect_timeout_ms = 2000;
   std::string atomic_mode = "auto";    // auto: rc peers' atomics native; cpu: by request
   uint32_t ud_window = 128;            // ud: datagrams in flight per peer (a power of two)

@@ -330,6 +330,10 @@ class Engine {
 
   // ---- progress.cc: polling, the progress thread
   void progress_loop();
+  /// The progress thread is about to sleep on the transports: each arms its
+  /// wake-ups (Transport::prepare_sleep) under the progress token. False when
+  /// a caller holds the token or asked for a pass meanwhile: look again first.
+  bool prepare_sleep();
   // ---- dispatch.cc: an arrived message to the part that owns it
   void handle(const transport::Completion& c);
   void serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b);

@@ -105,8 +105,9 @@ void Engine::progress_loop() {
   // of a busy client is then served without a wake-up, which costs tens of
   // microseconds on small VMs. Replies alone (this node as a client) do not
   // start a spin: the caller waiting for them spins itself, and a third busy
-  // thread on a 2-core machine hurts everyone. Then sleep: an idle engine
-  // costs no CPU. How long: engine.progress_spin_us, or up to twice the
+  // thread on a 2-core machine hurts everyone. Then sleep, the transports
+  // armed just before (prepare_sleep; a spinning caller polls them unarmed):
+  // an idle engine costs no CPU. How long: engine.progress_spin_us, or up to twice the
   // usual gap between served requests when that is longer (serve_gauge_), so
   // a client whose next call comes a little later still finds us awake.
   // Parked while callers spin (they poll for everyone), and while they keep
@@ -180,12 +181,19 @@ void Engine::progress_loop() {
       continue;
     }
     if (now >= spin_until) {
-      sets.wait(hb);
+      if (prepare_sleep()) sets.wait(hb);
     } else {
       pacer.maybe_yield(&now);  // as a waiter does (wait_impl): a thread here may be the peer
       cpu_relax();
     }
   }
+}
+
+bool Engine::prepare_sleep() {
+  if (busy_.exchange(true, std::memory_order_acquire)) return false;
+  for (auto& t : transports_.all()) t->prepare_sleep();
+  busy_.store(false, std::memory_order_seq_cst);
+  return !want_.load(std::memory_order_seq_cst);
 }
 
 bool Engine::progress(const std::atomic<uint64_t>* watch) {

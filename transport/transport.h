@@ -330,8 +330,16 @@ class Transport {
   /// Sends what posts with kWrMore left held. Called by the poller after
   /// handling a batch; cheap when nothing is held.
   virtual void flush() {}
-  /// Readable when poll() has work; block on it once the spin budget is spent.
+  /// Readable when poll() has work, or while the transport is not armed
+  /// (nothing would wake a sleeper). Block on it after prepare_sleep().
   virtual int wait_fd() const = 0;
+  /// The poller is about to block on wait_fd(): arm what wakes it (a
+  /// completion channel, a peer's bell). A transport whose arming costs its
+  /// peers or its device work per completion arms only here, so a caller
+  /// that spins and polls never pays for wake-ups nobody sleeps on; one
+  /// that arms itself after a spin of empty polls need do nothing. Work
+  /// found while arming leaves wait_fd() readable. The poller's, like poll().
+  virtual void prepare_sleep() {}
   /// A sleep on wait_fd() just ended because it became readable: the next
   /// poll() must look at everything it may skip on a spinning caller's pass.
   /// Any thread.

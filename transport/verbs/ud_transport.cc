@@ -435,6 +435,14 @@ void UdTransport::settle_timer(uint64_t now) {
   lower_to(next_timer_ns_, next);
 }
 
+// Armed only here, never by a spin of empty polls: an armed receive CQ
+// makes the device raise an event per datagram, which a caller polling for
+// its reply would pay for with nobody asleep to wake.
+void UdTransport::prepare_sleep() {
+  handle_events();  // a stale event or timer expiry would end the sleep at once
+  try_arm();
+}
+
 // Going to sleep: arm the CQs and the timer, then look once more (a
 // completion that came before the arming raises no event).
 void UdTransport::try_arm() {
@@ -469,12 +477,10 @@ size_t UdTransport::poll(std::span<Completion> out) {
   }
   n = conns_.take_pending(out, n);
   if (conns_.changed()) refresh_conns();
-  if (idle_since_ns_ != 0 || (++polls_ & 15) == 0 || armed_.load(std::memory_order_relaxed)) {
-    handle_events();
-  }
+  // Events come only while armed (prepare_sleep drains any that come later).
+  if (armed_.load(std::memory_order_relaxed)) handle_events();
   poll_send_cq();
   n = done_.drain(out, n);
-  const size_t before = n;
   n = poll_recv(out, n);
   const uint64_t now = now_ns();
   flush_acks(now);
@@ -495,14 +501,6 @@ size_t UdTransport::poll(std::span<Completion> out) {
     }
   }
   if (now >= next_timer_ns_.load(std::memory_order_acquire)) run_timers(now, out, &n);
-  if (n != before || n != 0) {
-    idle_since_ns_ = 0;
-  } else if (idle_since_ns_ == 0) {
-    idle_since_ns_ = now;
-  } else if (!armed_.load(std::memory_order_relaxed) &&
-             now - idle_since_ns_ > uint64_t{config_.spin_us} * 1000) {
-    try_arm();
-  }
   return n;
 }
 

@@ -58,6 +58,7 @@ class UdTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  void prepare_sleep() override;
   TransportStats stats() const override;
 
   // For connections.
@@ -172,8 +173,6 @@ class UdTransport final : public Transport {
   // The poller's.
   std::deque<Completion> ready_;  // completions found while `out` was full
   std::vector<UdConn*> acks_;     // connections that took datagrams this poll
-  uint64_t idle_since_ns_ = 0;
-  uint32_t polls_ = 0;
 
   std::mutex backlog_mu_;
   std::vector<std::shared_ptr<UdConn>> backlogged_;

@@ -398,6 +398,15 @@ void VerbsTransport::msg_posting() {
   }
 }
 
+// Armed only here, never by a spin of empty polls: an armed CQ makes the
+// device raise an event per completion (on Soft-RoCE a tasklet and a
+// wake-up of the channel's waiters), which a caller polling for its reply
+// would pay for with nobody asleep to wake.
+void VerbsTransport::prepare_sleep() {
+  handle_events();  // a stale event would end the sleep at once
+  try_arm();
+}
+
 // Going to sleep: arm the receive CQ, and the send CQ while messages are in
 // flight (msg_posting arms it for one posted later), then look once more (a
 // completion that came before the arming raises no event).
@@ -426,9 +435,8 @@ void VerbsTransport::try_arm() {
 size_t VerbsTransport::poll(std::span<Completion> out) {
   size_t n = conns_.take_pending(out, 0);
   if (conns_.changed()) conns_.refresh();
-  if (idle_since_ns_ != 0 || (++polls_ & 15) == 0 || armed_.load(std::memory_order_relaxed)) {
-    handle_events();
-  }
+  // Events come only while armed (prepare_sleep drains any that come later).
+  if (armed_.load(std::memory_order_relaxed)) handle_events();
   poll_send_cq();
   n = done_.drain(out, n);
   const size_t before = n;
@@ -453,19 +461,17 @@ size_t VerbsTransport::poll(std::span<Completion> out) {
     }
     for (VerbsConn* c : broken) close_conn(c, out, &n, "a work request failed");
   }
-  const uint64_t now = now_ns();
-  if ((!closing_.empty() || !dead_channels_.empty()) && now >= next_sweep_ns_) {
-    sweep_closed(false);
-    next_sweep_ns_ = now + 10'000'000;
+  if (!closing_.empty() || !dead_channels_.empty()) {
+    if (const uint64_t now = now_ns(); now >= next_sweep_ns_) {
+      sweep_closed(false);
+      next_sweep_ns_ = now + 10'000'000;
+    }
   }
   if (n != before || n != 0) {
-    idle_since_ns_ = 0;
-  } else if (idle_since_ns_ == 0) {
-    idle_since_ns_ = now;
+    idle_ = false;
+  } else if (!idle_) {
+    idle_ = true;
     refill_spares();
-  } else if (!armed_.load(std::memory_order_relaxed) &&
-             now - idle_since_ns_ > uint64_t{config_.spin_us} * 1000) {
-    try_arm();
   }
   return n;
 }

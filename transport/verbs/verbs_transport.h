@@ -19,13 +19,14 @@
 // never waits for this engine's poller, and EOF on a socket marks its
 // connection broken for the poller to close (kPeerLost).
 //
-// Wake-ups follow shm's pattern: wait_fd() is an epoll set of the
-// completion channel and an "awake" eventfd kept readable while the CQs are
-// not armed; after verbs.spin_us of polls that found nothing, poll() arms
-// the receive CQ, and the send CQ only while messages are in flight (a
-// one-sided op's completion is its caller's to poll, and would only wake
-// the poller for nothing), polls once more, and only then lets the awake
-// fd go quiet.
+// Wake-ups: wait_fd() is an epoll set of the completion channel and an
+// "awake" eventfd kept readable while the CQs are not armed. Only
+// prepare_sleep() arms, when the poller is about to block: the receive CQ,
+// and the send CQ only while messages are in flight (a one-sided op's
+// completion is its caller's to poll, and would only wake the poller for
+// nothing); it polls once more, and only then lets the awake fd go quiet.
+// Callers spinning on their requests poll with the CQs unarmed, as
+// perftest does.
 #pragma once
 
 #include <atomic>
@@ -79,6 +80,7 @@ class VerbsTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  void prepare_sleep() override;
   TransportStats stats() const override;
 
   /// RC QPs this transport holds now (connected, spare and closing).
@@ -217,8 +219,7 @@ class VerbsTransport final : public Transport {
   };
   static constexpr uint64_t kDeadChannelNs = 10'000'000'000ull;
   std::vector<DeadChannel> dead_channels_;
-  uint64_t idle_since_ns_ = 0;
-  uint32_t polls_ = 0;
+  bool idle_ = false;  // the last poll found nothing (spares are refilled on the way in)
   uint64_t next_sweep_ns_ = 0;
 
   std::mutex backlog_mu_;

@@ -350,7 +350,9 @@ class TransportHarness : public ::testing::Test {
   void wait_any(Deadline d) {
     std::vector<pollfd> fds;
     for (auto& s : sides_) {
-      if (s->t) fds.push_back(pollfd{s->t->wait_fd(), POLLIN, 0});
+      if (!s->t) continue;
+      s->t->prepare_sleep();
+      fds.push_back(pollfd{s->t->wait_fd(), POLLIN, 0});
     }
     int ms = std::min(d.remaining_ms(), 5);
     if (ms > 0) ::poll(fds.data(), fds.size(), ms);
