@@ -371,7 +371,7 @@ void UdTransport::run_timers(uint64_t now, std::span<Completion> out, size_t* n)
     if (t != 0) next = std::min(next, t);
     if (c->rx.ack_due != 0) {
       if (c->rx.ack_due <= now) {
-        send_ack(*c, now);
+        if (!drop_carried_ack(*c)) send_ack(*c, now);
       } else {
         next = std::min(next, c->rx.ack_due);
       }
@@ -413,6 +413,16 @@ void UdTransport::handle_events() {
   }
 }
 
+bool UdTransport::drop_carried_ack(UdConn& c) {
+  UdConn::Rx& r = c.rx;
+  if (r.ack_now || r.held_count != 0 || c.acked_upto.load(std::memory_order_acquire) != r.next) {
+    return false;
+  }
+  r.ack_due = 0;
+  r.unacked = 0;
+  return true;
+}
+
 // Before the poller sleeps the timer is made exact: a delayed
 // acknowledgement that a datagram going back carried is dropped, and a
 // connection with nothing in flight needs no retransmission timer, so a
@@ -424,11 +434,7 @@ void UdTransport::settle_timer(uint64_t now) {
   for (const auto& sp : conns_.snapshot()) {
     UdConn::Rx& r = sp->rx;
     if (r.closed) continue;
-    if (r.ack_due != 0 && !r.ack_now && r.held_count == 0 &&
-        sp->acked_upto.load(std::memory_order_acquire) == r.next) {
-      r.ack_due = 0;
-      r.unacked = 0;
-    }
+    if (r.ack_due != 0) drop_carried_ack(*sp);
     if (r.ack_due != 0) next = std::min(next, r.ack_due);
     if (const uint64_t t = sp->tx_deadline(now, timeout); t != 0) next = std::min(next, t);
   }

@@ -111,6 +111,9 @@ class UdTransport final : public Transport {
   void take_one(UdConn& c, uint32_t idx, std::span<Completion> out, size_t* n);
   void deliver(const Completion& c, std::span<Completion> out, size_t* n);
   void send_ack(UdConn& c, uint64_t now);
+  /// c's delayed acknowledgement went out on a datagram back: forgets it
+  /// (true), so that no ack of its own follows.
+  static bool drop_carried_ack(UdConn& c);
   void flush_acks(uint64_t now);
   void post_recv(uint32_t idx);
   UdConn* conn_of(NodeId node);
