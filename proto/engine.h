@@ -306,9 +306,14 @@ class Engine {
   Status wait_impl(ReqId id, Deadline d, Results* res);
   Status collect(Request* r, Results* res);  // a done request's status and results; frees it
   Status wait_or_cancel(ReqId id, Deadline d, Results* res);
-  // A spinner stops (`now`: its last clock read, 0 if none); unparks the
-  // progress thread if it will sleep, else keeps it parked (park_timer_).
-  void end_spin(bool will_sleep, uint64_t now = 0);
+  // A spinner stops; unparks the progress thread if it will sleep. A wait
+  // that read the clock (`timed`) pushed the parked progress thread's alarm
+  // out when its spin began (keep_parked), off the path from a reply to the
+  // next call; a short one does it here, one end in 64 (it reads no clock).
+  void end_spin(bool will_sleep, bool timed);
+  void keep_parked(uint64_t now) {
+    if (parked_.load(std::memory_order_relaxed)) park_timer_.extend(now);
+  }
 
   // ---- peers.cc: endpoints and the single post path
   // The endpoint to `p` into *out, which keeps it valid while it lives.

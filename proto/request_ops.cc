@@ -49,17 +49,14 @@ void Engine::fail_requests_to(NodeId peer, Code c) {
 
 Status Engine::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
 
-void Engine::end_spin(bool will_sleep, uint64_t now) {
+void Engine::end_spin(bool will_sleep, bool timed) {
   if (will_sleep) {
     sleeper_.store(true, std::memory_order_seq_cst);
   } else {
     // Only "it moved" matters to the progress thread: no locked increment.
     const uint64_t ends = spin_ends_.load(std::memory_order_relaxed) + 1;
     spin_ends_.store(ends, std::memory_order_relaxed);
-    if (parked_.load(std::memory_order_relaxed)) {
-      if (now == 0 && ends % 64 == 0) now = now_ns();  // short waits read no clock
-      if (now != 0) park_timer_.extend(now);
-    }
+    if (!timed && ends % 64 == 0) keep_parked(now_ns());
   }
   if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
       parked_.load(std::memory_order_seq_cst)) {
@@ -68,12 +65,14 @@ void Engine::end_spin(bool will_sleep, uint64_t now) {
 }
 
 Status Engine::wait_credits(uint32_t seen, Deadline d) {
-  const uint64_t spin_until = now_ns() + wait_gauge_.budget_ns();
+  const uint64_t start = now_ns();
+  const uint64_t spin_until = start + wait_gauge_.budget_ns();
   spinners_.fetch_add(1, std::memory_order_seq_cst);
+  keep_parked(start);
   while (credits_.epoch() == seen && now_ns() < spin_until) {
     if (!progress()) cpu_relax();
   }
-  end_spin(credits_.epoch() == seen);
+  end_spin(credits_.epoch() == seen, true);
   return credits_.sleep_while(seen, d);
 }
 
@@ -84,7 +83,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   if (r->done()) return collect(r, res);  // a streaming receiver's usual case: no spin to count
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.
-  uint64_t spin_until = 0, started = 0, last_now = 0;
+  uint64_t spin_until = 0, started = 0;
   YieldPacer pacer(kSpinYieldNs, &peer_cpu_, r->peer.load(std::memory_order_relaxed),
                    config_.engine.move_spinners != 0);
   spinners_.fetch_add(1, std::memory_order_seq_cst);
@@ -92,12 +91,12 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     if (!progress(&r->word)) cpu_relax();
     if (i % 8 != 0) continue;  // the clock is not free either
     uint64_t now = now_ns();
-    last_now = now;
     if (spin_until == 0) {
       d.fix(now);  // a lazy deadline starts here, a few polls into the call
       started = now;
       spin_until = now + wait_gauge_.budget_ns();
       pacer.start(now);
+      keep_parked(now);
       continue;
     }
     if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
@@ -107,7 +106,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     // shares this core (a CPU hog took the other one): let it run.
     pacer.maybe_yield(&now);
   }
-  end_spin(!r->done(), last_now);
+  end_spin(!r->done(), started != 0);
   while (!r->done()) {
     uint64_t left = d.remaining_ns();
     if (left == 0) return Code::kTimedOut;
