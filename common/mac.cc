@@ -38,6 +38,8 @@ Mac hmac(std::string_view key, std::initializer_list<std::span<const std::byte>>
   return out;
 }
 
+void prepare_mac() { ready(); }
+
 bool make_nonce(Nonce* out) {
   ready();
   randombytes_buf(out->data(), out->size());

@@ -92,9 +92,6 @@ Result<std::pair<std::string, std::string>> Engine::peer_transport(NodeId node) 
 Status Engine::join() {
   if (joined_.load()) return Code::kInvalidArg;
   LT_DEBUG("join: start");
-  // The reclamation barrier's registration takes a kernel grace period:
-  // under way while we join, not in the first operation's way.
-  Quiescence::prepare();
   // Zero credits would refuse every message or call with AGAIN, for good.
   if (config_.engine.msg_credits == 0 || config_.engine.rpc_ring_slots == 0) {
     LT_ERROR("engine.msg_credits and engine.rpc_ring_slots must be at least 1 (got %u and %u)",
@@ -120,10 +117,16 @@ Status Engine::join() {
     }
     rank = static_cast<uint32_t>(v);
   }
+  // The membership service's answer is on its way while the transports
+  // start (one wait on another process, not two in a row).
+  Deadline d = Deadline::after_ms(config_.cluster.join_timeout_ms);
+  membership_->prepare(config_.cluster, d);
+  // The reclamation barrier's registration takes a kernel grace period:
+  // under way while we join, not in the first operation's way.
+  Quiescence::prepare();
   LT_RETURN_IF_ERROR(transports_.build(config_));
   max_payload_ = transports_.max_msg();
   const std::string addresses = transport::format_addresses(transports_.addresses());
-  Deadline d = Deadline::after_ms(config_.cluster.join_timeout_ms);
   LT_DEBUG("join: transports up at %s", addresses.c_str());
   LT_RETURN_IF_ERROR(
       membership_->join(JoinInfo{config_.cluster, config_.qos.tenant, addresses, rank}, d));

@@ -41,8 +41,7 @@ Status read_frame(int fd, CtlStream* in, Deadline d, std::string* payload) {
 }
 }  // namespace
 
-Status ManagerMembership::handshake(const JoinRequest& j, Deadline d, net::Fd* fd, CtlStream* in,
-                                    std::string* answer) {
+Status ManagerMembership::open_manager(Deadline d, net::Fd* fd, bool quiet) {
   const std::string& where = cluster_.manager;
   std::string host;
   uint16_t port = 0;
@@ -53,17 +52,26 @@ Status ManagerMembership::handshake(const JoinRequest& j, Deadline d, net::Fd* f
   }
   auto c = net::connect_tcp(addr, d);
   if (!c) {
-    if (j.claim_node == 0) {
+    if (!quiet) {
       LT_ERROR("join: cannot reach ltier-manager at %s (%s)", where.c_str(), c.status().name());
     }
     return c.status().code() == Code::kTimedOut ? Code::kTimedOut : Code::kPeerDown;
   }
   *fd = std::move(c.value());
+  return Status::ok();
+}
+
+Status ManagerMembership::handshake(const JoinRequest& j, Deadline d, net::Fd* fd, CtlStream* in,
+                                    std::string* answer) {
+  const std::string& where = cluster_.manager;
+  if (!fd->valid()) LT_RETURN_IF_ERROR(open_manager(d, fd, j.claim_node != 0));
+  // Our nonce first: its first use sets up libsodium (tens of µs), which
+  // then overlaps the manager's wake-up for its challenge.
   std::string payload;
   Nonce theirs{}, mine{};
-  Status s = read_frame(fd->get(), in, d, &payload);
+  Status s = make_nonce(&mine) ? Status::ok() : Status(Code::kSys);
+  if (s.is_ok()) s = read_frame(fd->get(), in, d, &payload);
   if (s.is_ok() && !parse_challenge(payload, &theirs)) s = Code::kMalformed;
-  if (s.is_ok() && !make_nonce(&mine)) s = Code::kSys;
   if (s.is_ok()) {
     std::string f = join_frame(cluster_.secret, theirs, mine, j);
     s = net::write_all(fd->get(), f.data(), f.size(), d);
@@ -117,8 +125,16 @@ Status ManagerMembership::adopt(const std::string& answer, std::map<NodeId, Memb
   return Status::ok();
 }
 
+void ManagerMembership::prepare(const ClusterConfig& cluster, Deadline d) {
+  cluster_ = cluster;
+  prepared_ = open_manager(d, &fd_, false);
+  if (prepared_.is_ok()) prepare_mac();
+}
+
 Status ManagerMembership::join(const JoinInfo& info, Deadline d) {
   const ClusterConfig& c = info.cluster;
+  // prepare() connected, or found the manager out of reach (and said so).
+  if (!prepared_.is_ok()) return prepared_;
   cluster_ = c;
   std::string name = default_node_name(c.node_name);
   request_ = JoinRequest{};

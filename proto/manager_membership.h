@@ -58,6 +58,9 @@ class ManagerMembership final : public Membership {
  public:
   ~ManagerMembership() override;
   /// kAuth for a wrong secret (or a manager that does not know it).
+  /// Connects to the manager, whose challenge then comes while the
+  /// transports start.
+  void prepare(const ClusterConfig& cluster, Deadline d) override;
   Status join(const JoinInfo& info, Deadline d) override;
   void leave() override;
   /// Called by the rejoin thread once a new connection is ready or the claim
@@ -109,8 +112,11 @@ class ManagerMembership final : public Membership {
   // The lock holder's bookkeeping, carried by a claim after a manager
   // restart. False when `held` is false and the lock was not noted as held.
   bool note_lock(const std::string& name, uint64_t owner, bool held);
-  // One handshake on a new connection: *answer is the kJoinOk's contents.
-  // kClosed when the manager refused a claim back.
+  // A connection to cluster_.manager into *fd.
+  Status open_manager(Deadline d, net::Fd* fd, bool quiet);
+  // One handshake on a new connection (*fd, opened here unless valid):
+  // *answer is the kJoinOk's contents. kClosed when the manager refused a
+  // claim back.
   Status handshake(const JoinRequest& j, Deadline d, net::Fd* fd, CtlStream* in,
                    std::string* answer);
   // A kJoinOk's contents into self_, token_ and members_.
@@ -124,6 +130,7 @@ class ManagerMembership final : public Membership {
   ClusterConfig cluster_;
   JoinRequest request_;  // the fresh join's fields; a claim adds the rest
   net::Fd fd_;
+  Status prepared_;  // prepare()'s connection: failed with this, or fd_
   NodeId self_ = 0;
   uint64_t token_ = 0;
   uint32_t heartbeat_ms_ = 200;

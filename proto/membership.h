@@ -53,6 +53,11 @@ class Membership {
 
   virtual ~Membership() = default;
 
+  /// Starts what join() needs from the service before this node's
+  /// addresses are known (a connection), so that the service's answer is
+  /// on its way while the transports start. Optional; join() reports any
+  /// failure.
+  virtual void prepare(const ClusterConfig& /*cluster*/, Deadline /*d*/) {}
   /// Blocks until the service admits or refuses this node. kAuth (secret),
   /// kPeerDown (unreachable), kTimedOut, kNoResource (full).
   virtual Status join(const JoinInfo& info, Deadline d) = 0;

@@ -21,13 +21,13 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "common/cpu_hint.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/siphash.h"
 #include "common/spinlock.h"
 #include "common/time.h"
 #include "transport/shm/shm_ring.h"
@@ -76,11 +76,7 @@ inline bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 // A connection's stamp salt: random, bit 63 set (a stamp is never a small
 // number that payload bytes or an earlier lap would likely hold).
-inline uint64_t new_salt() {
-  std::random_device rd;
-  uint64_t v = (uint64_t{rd()} << 32) ^ rd() ^ now_ns();
-  return v | (uint64_t{1} << 63);
-}
+inline uint64_t new_salt() { return random_u64() | (uint64_t{1} << 63); }
 
 inline void drain_fd(int fd) {
   uint64_t v;
