@@ -30,6 +30,7 @@ void Engine::handle(const Completion& c) {
     if (malformed_.fetch_add(1) == 0) LT_WARN("dropping malformed message from node %u", c.peer);
     return;
   }
+  if (c.src_cpu == kCpuUnknown) note_cpu(c.peer, h);
   if (h.op >= static_cast<uint8_t>(MsgOp::kReply)) {
     complete(c.peer, h, b);
     // A reply by message to a call made into a ring frees its slot.

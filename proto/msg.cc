@@ -93,7 +93,7 @@ Status decode_header(std::span<const std::byte> b, MsgHeader* out) {
   const auto op = static_cast<MsgOp>(h.op);
   const bool message = op == MsgOp::kMsgEager || op == MsgOp::kMsgRts || op == MsgOp::kMsgData ||
                        op == MsgOp::kMsgPlaced;
-  if ((h.flags & ~(message ? kFlagCreditNow : 0)) != 0) return Code::kMalformed;
+  if ((h.flags & ~kFlagCpuMask & ~(message ? kFlagCreditNow : 0)) != 0) return Code::kMalformed;
   // Error replies are bare headers whatever their op.
   bool is_reply = h.op >= static_cast<uint8_t>(MsgOp::kReply);
   if (is_reply && h.status != 0) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <span>
 
+#include "common/cpu_hint.h"
 #include "common/status.h"
 
 namespace lt::proto {
@@ -230,10 +231,21 @@ inline T load(std::span<const std::byte> b) {
 /// returns the message's credit (and all it owes) as soon as it consumes it,
 /// not in a batch. Allowed on kMsgEager, kMsgRts, kMsgData and kMsgPlaced.
 inline constexpr uint16_t kFlagCreditNow = 1;
+/// Bits 4-15 of every header's flags: the CPU the sender wrote it on, as a
+/// hint (common/cpu_hint.h; 0: unknown, and so is a CPU from 4095 on). A
+/// waiter for a reply from a peer on this machine then knows whether a
+/// yield of its core can help that peer (proto/yield_pacer.h).
+inline constexpr unsigned kFlagCpuShift = 4;
+inline constexpr uint16_t kFlagCpuMask = 0xfff0;
+
+inline uint16_t cpu_flag(CpuHint cpu) {
+  return cpu < (1u << (16 - kFlagCpuShift)) ? static_cast<uint16_t>(cpu << kFlagCpuShift) : 0;
+}
+inline CpuHint cpu_of(const MsgHeader& h) { return h.flags >> kFlagCpuShift; }
 
 inline MsgHeader make_header(MsgOp op, uint64_t req_id, Code status = Code::kOk) {
-  return MsgHeader{kProtoVersion, static_cast<uint8_t>(op), 0, static_cast<int32_t>(status),
-                   req_id};
+  return MsgHeader{kProtoVersion, static_cast<uint8_t>(op), cpu_flag(this_cpu_hint()),
+                   static_cast<int32_t>(status), req_id};
 }
 
 }  // namespace lt::proto

@@ -41,12 +41,13 @@ PeerTable::Claim PeerTable::claim(NodeId p) {
   s.why.store(nullptr, std::memory_order_release);
   s.native.store(-1, std::memory_order_release);
   s.down.store(false, std::memory_order_release);
+  s.here.store(false, std::memory_order_relaxed);
   return Claim::kTaken;
 }
 
 transport::Endpoint* PeerTable::install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
-                                        transport::Transport* via, const char* why,
-                                        int native_slot) {
+                                        transport::Transport* via, const char* why, int native_slot,
+                                        bool here) {
   transport::Endpoint* e = ep.get();
   Slot& s = at(p);
   std::lock_guard<std::mutex> g(retired_mu_);
@@ -55,6 +56,7 @@ transport::Endpoint* PeerTable::install(NodeId p, std::unique_ptr<transport::End
   s.via.store(via, std::memory_order_release);
   s.why.store(why, std::memory_order_release);
   s.native.store(static_cast<int8_t>(native_slot), std::memory_order_release);
+  s.here.store(here, std::memory_order_relaxed);
   s.ep.store(e, std::memory_order_release);
   return e;
 }
@@ -143,7 +145,8 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
   const int slot = info ? PeerTable::native_access(transports_.native_slot(*info, via),
                                                    transports_.native_atomics(*info, via))
                         : PeerTable::kUnsettled;
-  out->set(peers_.install(p, std::move(ep.value()), via, why, slot));
+  const bool here = info && transports_.same_machine(*info);
+  out->set(peers_.install(p, std::move(ep.value()), via, why, slot, here));
   return Status::ok();
 }
 

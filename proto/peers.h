@@ -106,6 +106,12 @@ class PeerTable {
     if (holder != p) return holder > p;
     return s.down.load(std::memory_order_relaxed);
   }
+  /// Whether `p` runs on this machine (same boot, any network namespace),
+  /// as install() was told: its CPU hints then name this machine's CPUs.
+  bool on_this_machine(NodeId p) const {
+    const Slot& s = at(p);
+    return s.here.load(std::memory_order_relaxed) && s.id.load(std::memory_order_relaxed) == p;
+  }
   /// `p` is down for good (claim() it first if it may not hold its slot).
   void mark_down(NodeId p) {
     Slot& s = at(p);
@@ -125,10 +131,11 @@ class PeerTable {
 
   std::mutex& connect_mutex() { return connect_mu_; }
   /// Caches `ep` (taking ownership) as `p`'s endpoint, retiring the one it
-  /// replaces; `native_slot` is a native_access value. Caller holds
-  /// connect_mutex().
+  /// replaces; `native_slot` is a native_access value; `here`: `p` runs on
+  /// this machine. Caller holds connect_mutex().
   transport::Endpoint* install(NodeId p, std::unique_ptr<transport::Endpoint> ep,
-                               transport::Transport* via, const char* why, int native_slot);
+                               transport::Transport* via, const char* why, int native_slot,
+                               bool here);
 
   /// Frees the retired endpoints no caller can hold any more. Cheap when
   /// there are none; the progress thread calls it as it goes.
@@ -144,6 +151,7 @@ class PeerTable {
     std::atomic<const char*> why{nullptr};
     std::atomic<int8_t> native{-1};
     std::atomic<bool> down{false};
+    std::atomic<bool> here{false};               // on this machine: its CPU hints name our CPUs
     std::unique_ptr<transport::Endpoint> owned;  // under connect_mu_ (or retire's lock)
   };
   struct Retired {

@@ -124,15 +124,22 @@ void Engine::progress_loop() {
   // just stops calling leaves us parked up to ParkTimer::kWindowNs: how long
   // peers' requests may then wait for an idle engine.
   uint64_t spin_until = 0, next_manager_check = 0, next_collect = 0;
-  // No peer hint for this spin: what it waits for may be this engine's own
-  // callers, which no record tells about. (Skipping its yields while the
-  // sender ran elsewhere kept a receiving caller off its core: 8 B streaming
-  // over shm halved.)
-  YieldPacer pacer(kSpinYieldNs, nullptr, transport::kNoNode);
+  // Whom a yield of this spin can help: the peer that sent last, when it
+  // shares our CPU (its hint says so, or nothing tells), or a thread of this
+  // engine that this thread woke during the spin (a receiver, a server loop,
+  // an RPC worker: no hint tells where those run). So the spin yields as a
+  // waiter does (wait_impl) until it woke one of ours; from then on it
+  // yields whatever the hint says. (Skipping every yield while the sender
+  // ran elsewhere kept a receiving caller off its core: 8 B streaming over
+  // shm halved.) The progress thread is never moved to another CPU.
+  YieldPacer pacer(kSpinYieldNs, &peer_cpu_, transport::kNoNode, false);
+  YieldPacer unhinted(kSpinYieldNs, nullptr, transport::kNoNode, false);
+  uint32_t wakes_at_spin = t_wakes;
   uint64_t last_served = 0;
   uint64_t ends_seen = spin_ends_.load(std::memory_order_relaxed);
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
+    const uint32_t wakes_before = t_wakes;
     bool did = progress();
     uint64_t now = now_ns();
     int hb = membership_->heartbeat(now);
@@ -152,6 +159,8 @@ void Engine::progress_loop() {
       last_served = now;
       spin_until = now + serve_gauge_.budget_ns();
       pacer.start(now);
+      unhinted.start(now);
+      wakes_at_spin = wakes_before;
     }
     if (did) {
       // Under sustained load, still look at the manager socket, every
@@ -183,7 +192,7 @@ void Engine::progress_loop() {
     if (now >= spin_until) {
       if (prepare_sleep()) sets.wait(hb);
     } else {
-      pacer.maybe_yield(&now);  // as a waiter does (wait_impl): a thread here may be the peer
+      (t_wakes == wakes_at_spin ? pacer : unhinted).maybe_yield(&now);
       cpu_relax();
     }
   }

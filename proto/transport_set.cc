@@ -133,6 +133,12 @@ int TransportSet::native_slot(const transport::PeerInfo& info,
   return offered && slot < 2 ? slot : -1;
 }
 
+bool TransportSet::same_machine(const transport::PeerInfo& info) const {
+  const size_t n = host_id_.find('/');
+  return n != std::string::npos && n != 0 && info.host_id.size() > n && info.host_id[n] == '/' &&
+         info.host_id.compare(0, n, host_id_, 0, n) == 0;
+}
+
 transport::Transport* TransportSet::pick(const transport::PeerInfo& info, const char** why,
                                          const transport::Transport* after) const {
   const bool same_host = !info.host_id.empty() && info.host_id == host_id_;

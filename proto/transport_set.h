@@ -76,6 +76,9 @@ class TransportSet {
   uint32_t max_msg() const { return max_msg_; }
   /// This node's host id (net::host_id()), compared with peers'.
   const std::string& host_id() const { return host_id_; }
+  /// `info` names a node on this machine: the same boot id, whatever the
+  /// network namespace (it shares our CPUs, not necessarily our transports).
+  bool same_machine(const transport::PeerInfo& info) const;
 
  private:
   std::vector<std::unique_ptr<transport::Transport>> list_;

@@ -17,6 +17,7 @@
 #include <ctime>
 
 #include "common/time.h"
+#include "common/tls.h"
 
 namespace lt::proto {
 
@@ -28,7 +29,14 @@ inline void futex_wait(std::atomic<uint32_t>* a, uint32_t expected, uint64_t tim
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
 }
 
+/// Wake-ups this thread sent to the engine's sleeping threads (futex_wake_all
+/// and note_wake): a thread it woke may want its core next, so the progress
+/// thread's spin keeps yielding after one (progress.cc).
+inline thread_local uint32_t t_wakes LT_TLS_FAST = 0;
+inline void note_wake() { ++t_wakes; }
+
 inline void futex_wake_all(std::atomic<uint32_t>* a) {
+  note_wake();
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
           0);
 }

@@ -2,12 +2,14 @@
 //
 // A spinner yields once its spin goes long, because the thread it waits for
 // may share its core. Where that thread last ran decides whether a yield can
-// help (PeerCpu, from the CPU hints shared-memory records carry):
+// help (PeerCpu, from the CPU hints shared-memory records and message
+// headers carry):
 //  - The peer ran on another CPU: a yield cannot help it. It only hands this
 //    core to whatever else wants it, and when that is a thread that does not
 //    give it back (a CPU hog on this core) it costs a whole time slice. The
 //    spinner does not yield.
-//  - The peer ran on this CPU, or nothing tells (a tcp peer): yield. A yield
+//  - The peer ran on this CPU, or nothing tells (no message from it yet, or it
+//    runs on another machine: a header's hint counts only from this one): yield. A yield
 //    that comes back at once found nobody else wanting the core, and the next
 //    comes after twice the gap, up to `max_gap_ns`, so a thread alone on its
 //    core pays a system call only that often. One that took longer than

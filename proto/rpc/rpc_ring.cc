@@ -205,6 +205,7 @@ void Engine::handle_ring(NodeId from, uint32_t imm) {
     malformed_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  note_cpu(from, h);
   if (reply) {
     complete(from, h, b);
     ring_done(from, h.req_id);  // the reply is out of the slot now

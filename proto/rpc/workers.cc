@@ -1,5 +1,7 @@
 #include "proto/rpc/workers.h"
 
+#include "proto/wait.h"
+
 namespace lt::proto {
 
 void RpcWorkerPool::start(uint32_t n, size_t out_bytes, Runner run) {
@@ -13,6 +15,7 @@ void RpcWorkerPool::push(RpcJob job) {
     std::lock_guard<std::mutex> g(mu_);
     jobs_.push_back(std::move(job));
   }
+  note_wake();  // a worker may run next on the pushing thread's core
   cv_.notify_one();
 }
 

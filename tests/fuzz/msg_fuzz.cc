@@ -104,7 +104,9 @@ bool expect_ok(std::span<const std::byte> b) {
                        h.op == static_cast<uint8_t>(MsgOp::kMsgRts) ||
                        h.op == static_cast<uint8_t>(MsgOp::kMsgData) ||
                        h.op == static_cast<uint8_t>(MsgOp::kMsgPlaced);
-  if (h.flags != 0 && !(message && h.flags == 1)) return false;
+  // Bits 4-15 are the sender's CPU hint, any value.
+  const uint16_t flags = h.flags & 0x000f;
+  if (flags != 0 && !(message && flags == 1)) return false;
   if (h.op >= static_cast<uint8_t>(MsgOp::kReply) && h.status != 0) {
     // An error reply: a bare header with a known code.
     return h.status > 0 && h.status < kNumCodes && b.size() == sizeof(MsgHeader);

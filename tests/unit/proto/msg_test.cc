@@ -121,13 +121,29 @@ TEST(MsgTest, BadVersionIsMalformed) {
   }
 }
 
-TEST(MsgTest, NonZeroFlagsAreMalformed) {
-  for (uint16_t f : {1, 0x8000}) {
+TEST(MsgTest, UnknownFlagsAreMalformed) {
+  for (uint16_t f : {1, 2, 8, 0x8009}) {
     MsgHeader h = make_header(MsgOp::kReply, 1);
     h.flags = f;
     MsgHeader out{};
     EXPECT_EQ(decode(message(h, sizeof(MsgHeader)), &out).code(), Code::kMalformed) << f;
   }
+}
+
+// Bits 4-15 carry the sender's CPU (a hint, any value); a CPU the 12 bits
+// cannot hold goes as unknown.
+TEST(MsgTest, HeadersCarryTheSendersCpu) {
+  MsgHeader h = make_header(MsgOp::kReply, 1);
+  MsgHeader out{};
+  ASSERT_TRUE(decode(message(h, sizeof(MsgHeader)), &out).is_ok());
+  EXPECT_EQ(cpu_of(out), this_cpu_hint());
+  for (CpuHint cpu : {CpuHint{1}, CpuHint{4095}}) {
+    h.flags = cpu_flag(cpu);
+    ASSERT_TRUE(decode(message(h, sizeof(MsgHeader)), &out).is_ok()) << cpu;
+    EXPECT_EQ(cpu_of(out), cpu);
+  }
+  EXPECT_EQ(cpu_flag(4096), 0);
+  EXPECT_EQ(cpu_flag(kCpuUnknown), 0);
 }
 
 // kFlagCreditNow (bit 0) is the one flag, and only on a message's own ops.
@@ -230,7 +246,9 @@ bool is_valid(const std::vector<std::byte>& b) {
   if (shape == nullptr) return false;
   const bool message = shape->op == MsgOp::kMsgEager || shape->op == MsgOp::kMsgRts ||
                        shape->op == MsgOp::kMsgData || shape->op == MsgOp::kMsgPlaced;
-  if (h.flags != 0 && !(message && h.flags == 1)) return false;
+  // Bits 4-15 are the sender's CPU hint, any value.
+  const uint16_t flags = h.flags & 0x000f;
+  if (flags != 0 && !(message && flags == 1)) return false;
   if (h.status != 0) {
     return is_reply(shape->op) && h.status > 0 && h.status < kNumCodes &&
            b.size() == sizeof(MsgHeader);
