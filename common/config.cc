@@ -136,6 +136,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"verbs.ud_loss_percent", "LTIER_VERBS_UD_LOSS_PERCENT",
        "ud, for tests: this percentage of received datagrams is dropped on purpose (0 to 50)",
        K::kU32, &c.verbs.ud_loss_percent},
+      {"verbs.rc_fault_after", "LTIER_VERBS_RC_FAULT_AFTER",
+       "rc, for tests: the queue pair that carries the Nth work request posted is moved to the "
+       "error state, once (0: never), as a retry or access error would",
+       K::kU32, &c.verbs.rc_fault_after},
       {"shm.ring_bytes", "LTIER_SHM_RING_BYTES",
        "shm: bytes of each direction's message ring per connection (a power of two, >= 4096); "
        "both rings live in one memfd segment",

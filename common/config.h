@@ -77,6 +77,7 @@ struct VerbsConfig {
   uint32_t ud_recv_buffers = 1024;     // ud: receive buffers of one MTU
   uint32_t ud_peer_timeout_ms = 5000;  // ud: a peer silent this long while data waits is lost
   uint32_t ud_loss_percent = 0;        // ud, tests only: datagrams dropped on receipt
+  uint32_t rc_fault_after = 0;  // rc, tests only: the QP of the Nth post goes to error (once)
 };
 
 struct EngineConfig {

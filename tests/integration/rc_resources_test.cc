@@ -6,6 +6,7 @@
 // them one work request each.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -256,6 +257,49 @@ TEST_F(UdLoss, SixtyFourMiBArriveWholeThroughTenPercentLoss) {
     EXPECT_GT(stat(st, "ud:rexmit"), 0) << st;
     EXPECT_GT(stat(st, "ud:cuts"), 0) << st;
   }
+}
+
+// A QP in error under a live peer: on node a, verbs.rc_fault_after moves the
+// QP that carries its 30th work request to the error state, as a retry or
+// access error would. The operation it carried (or the next one) fails with
+// LT_ERR_PEER_DOWN and nothing hangs; the peer stays a member; the next
+// operations connect again over rc, with new QPs, and see every byte; RPCs
+// and messages work over the new connection.
+TEST(RcRecovery, AQpInErrorIsReplacedAndThePeerStaysUp) {
+  if (!have_rc()) GTEST_SKIP() << "needs an RDMA device (LTIER_ITEST_RC=1, tests/rdma)";
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok()) << "ltier-manager did not start";
+  Proc* b = cluster.add_node({"LTIER_TRANSPORTS=rc,tcp"});
+  Proc* a = cluster.add_node({"LTIER_TRANSPORTS=rc,tcp", "LTIER_VERBS_RC_FAULT_AFTER=30"});
+  ASSERT_TRUE(a && b);
+  const std::string ib = id_of(b), ia = id_of(a);
+  const std::string h = ok_value(a->cmd("malloc " + ib + " 4096 rw"));
+  ASSERT_FALSE(h.empty());
+  int failed = 0, ok_in_a_row = 0;
+  for (int i = 0; i < 60; ++i) {
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", 0x5a000000u + static_cast<unsigned>(i));
+    std::string got = a->cmd("write " + h + " 0 " + hex, 20000);
+    if (got == "ok") got = a->cmd("read " + h + " 0 4", 20000);
+    if (got == "ok " + std::string(hex)) {
+      ++ok_in_a_row;
+      continue;
+    }
+    EXPECT_EQ(got, "err LT_ERR_PEER_DOWN") << "op " << i;
+    ++failed;
+    ok_in_a_row = 0;
+  }
+  EXPECT_GE(failed, 1) << "no operation saw the QP in error";
+  EXPECT_LE(failed, 2) << "the connection was not made again at once";
+  EXPECT_GE(ok_in_a_row, 20);
+  const std::string t = a->cmd("transport " + ib);
+  EXPECT_EQ(t.rfind("ok rc", 0), 0u) << t;
+  EXPECT_EQ(a->cmd("rpc " + ib + " 1 0a0b0c"), "ok 0a0b0c");
+  EXPECT_EQ(b->cmd("rpc " + ia + " 1 0d0e"), "ok 0d0e");
+  EXPECT_EQ(a->cmd("send " + ib + " 9 c0ffee"), "ok");
+  EXPECT_EQ(b->cmd("recv 9 16"), "ok " + ia + " c0ffee");
+  const std::string members = a->cmd("nodes");
+  EXPECT_NE(members.find(ib), std::string::npos) << members;
 }
 
 }  // namespace

@@ -41,6 +41,15 @@ uint32_t Channel::in_flight() const {
   return next_seq_.load(std::memory_order_relaxed) - done_seq_.load(std::memory_order_acquire);
 }
 
+// verbs.rc_fault_after: what a retry or access error does to a QP, on
+// purpose. What it carries then completes with a flush error, which breaks
+// the connection (on_completion); the next operation reconnects.
+void Channel::break_qp_for_test() {
+  LT_WARN("rc: moving the QP to node %u to the error state (verbs.rc_fault_after)",
+          conn_->peer());
+  qp_->to_error();
+}
+
 void Channel::fail() {
   if (failed_.exchange(true, std::memory_order_acq_rel)) return;
   qp_->to_error();
@@ -124,6 +133,7 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
     return Code::kPeerDown;
   }
   if (signal) since_signal_ = 0;
+  if (t_->fault_due()) break_qp_for_test();
   return Status::ok();
 }
 

@@ -94,6 +94,7 @@ class Channel {
   uint32_t in_flight() const;
   /// The QP went to the error state: waiters give up, nothing more is posted.
   void fail();
+  void break_qp_for_test();  // verbs.rc_fault_after
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   // Reassembly of fragmented messages (the poller's).

@@ -136,6 +136,7 @@ Status Channel::post_and_wait(ibv_send_wr* chain, uint32_t n) {
           return Code::kPeerDown;
         }
         since_signal_ = 0;
+        if (t_->fault_due()) break_qp_for_test();
         break;
       }
     }

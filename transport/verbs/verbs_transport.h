@@ -92,6 +92,11 @@ class VerbsTransport final : public Transport {
   MemPools& local_pools() { return *local_pools_; }
   uint32_t fragment_bytes() const { return config_.recv_buffer_bytes; }
   const VerbsConfig& config() const { return config_; }
+  /// verbs.rc_fault_after: true for the post that should break its QP.
+  bool fault_due() {
+    return config_.rc_fault_after != 0 &&
+           posts_seen_.fetch_add(1, std::memory_order_relaxed) + 1 == config_.rc_fault_after;
+  }
   bool cq_room() const { return posted_.load(std::memory_order_relaxed) < cq_limit_; }
   void count_posted(uint32_t n) { posted_.fetch_add(n, std::memory_order_relaxed); }
   void count_done(uint32_t n) { posted_.fetch_sub(n, std::memory_order_relaxed); }
@@ -164,6 +169,7 @@ class VerbsTransport final : public Transport {
   std::atomic<uint64_t> hello_counter_{0};
   HelloCheck hellos_{kHelloLabel};  // the control thread's
   std::atomic<bool> armed_{false};
+  std::atomic<uint64_t> posts_seen_{0};  // counted only with verbs.rc_fault_after set
   // The send CQ is armed and its event not yet taken (handle_events), and
   // messages posted and not yet completed, all QPs: try_arm arms the send
   // CQ only while there are some.
