@@ -45,8 +45,7 @@ uint32_t Channel::in_flight() const {
 // purpose. What it carries then completes with a flush error, which breaks
 // the connection (on_completion); the next operation reconnects.
 void Channel::break_qp_for_test() {
-  LT_WARN("rc: moving the QP to node %u to the error state (verbs.rc_fault_after)",
-          conn_->peer());
+  LT_WARN("rc: moving the QP to node %u to the error state (verbs.rc_fault_after)", conn_->peer());
   qp_->to_error();
 }
 
