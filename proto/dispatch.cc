@@ -40,6 +40,15 @@ void Engine::handle(const Completion& c) {
   }
 }
 
+// The CPU hint a tcp or verbs message's header carries (shm hints its
+// records itself), kept when the sender shares this machine's CPUs: another
+// machine's CPU numbers name none of ours.
+void Engine::note_cpu(NodeId from, const MsgHeader& h) {
+  if (CpuHint cpu = cpu_of(h); cpu != kCpuUnknown && peers_.on_this_machine(from)) {
+    peer_cpu_.note(from, cpu);
+  }
+}
+
 void Engine::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   // Only the progress token holder serves: a plain increment (no locked
   // instruction per message), read racily by the progress loop and stats().

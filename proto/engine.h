@@ -341,13 +341,8 @@ class Engine {
   bool prepare_sleep();
   // ---- dispatch.cc: an arrived message to the part that owns it
   void handle(const transport::Completion& c);
-  // The CPU hint a tcp or verbs message's header carries (shm hints its
-  // records itself), kept when the sender shares this machine's CPUs.
-  void note_cpu(NodeId from, const MsgHeader& h) {
-    if (CpuHint cpu = cpu_of(h); cpu != kCpuUnknown && peers_.on_this_machine(from)) {
-      peer_cpu_.note(from, cpu);
-    }
-  }
+  // Keeps a tcp or verbs header's CPU hint when its sender shares our CPUs.
+  void note_cpu(NodeId from, const MsgHeader& h);
   void serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void complete(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   /// Claims the request a reply names (generation and peer must match);
