@@ -137,7 +137,9 @@ TEST(MsgTest, HeadersCarryTheSendersCpu) {
   MsgHeader h = make_header(MsgOp::kReply, 1);
   MsgHeader out{};
   ASSERT_TRUE(decode(message(h, sizeof(MsgHeader)), &out).is_ok());
-  if (this_cpu_hint() != kCpuUnknown) EXPECT_NE(cpu_of(out), kCpuUnknown);
+  if (this_cpu_hint() != kCpuUnknown) {
+    EXPECT_NE(cpu_of(out), kCpuUnknown);
+  }
   for (CpuHint cpu : {CpuHint{1}, CpuHint{4095}}) {
     h.flags = cpu_flag(cpu);
     ASSERT_TRUE(decode(message(h, sizeof(MsgHeader)), &out).is_ok()) << cpu;
