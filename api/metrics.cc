@@ -90,6 +90,9 @@ class EngineCollector final : public prometheus::Collectable {
         family("ltier_class_delayed_total", "calls that waited for tokens", MetricType::Counter);
     auto rate = family("ltier_class_rate_bytes_per_second",
                        "bytes/s the class may send now (-1: not throttled)", MetricType::Gauge);
+    auto peer_rate =
+        family("ltier_class_peer_rate_bytes_per_second",
+               "bytes/s the class may send to a peer it is throttled towards", MetricType::Gauge);
     for (const auto& c : sched.class_stats()) {
       const std::vector<ClientMetric::Label> l = {
           {"node", node}, {"tenant", tenant}, {"class", c.name}};
@@ -105,8 +108,14 @@ class EngineCollector final : public prometheus::Collectable {
       add(&throttles, l, static_cast<double>(c.throttles));
       add(&delayed, l, static_cast<double>(c.delayed));
       add(&rate, l, c.rate == qos::RateControl::kUnlimited ? -1.0 : static_cast<double>(c.rate));
+      for (const auto& [peer, r] : c.peer_rates) {
+        auto p = l;
+        p.push_back({"peer", std::to_string(peer)});
+        add(&peer_rate, p, static_cast<double>(r));
+      }
     }
-    for (auto* f : {&ops, &bytes, &depth, &in_flight, &rtt, &throttles, &delayed, &rate}) {
+    for (auto* f :
+         {&ops, &bytes, &depth, &in_flight, &rtt, &throttles, &delayed, &rate, &peer_rate}) {
       if (!f->metric.empty()) out.push_back(std::move(*f));
     }
     const qos::SchedulerStats ss = sched.stats();

@@ -33,6 +33,7 @@ int LT_class_stats(lt_engine_t* e, lt_class_stats_t* out, size_t cap, size_t* n)
     o.rtt_p99_ns = c.rtt_p99_ns;
     o.target_rtt_ns = c.target_rtt_ns;
     o.rate = c.rate;
+    o.throttled_peers = c.throttled_peers;
   }
   return 0;
 }

@@ -271,6 +271,7 @@ class Engine {
   Result<Request*> alloc_request(ReqKind kind, NodeId peer, ReqId* id, uint64_t bytes = 0) {
     if (expelled_.load(std::memory_order_relaxed)) return Code::kClosed;
     qos::Ticket ticket;
+    ticket.peer = peer;
     LT_RETURN_IF_ERROR(sched_.admit(bytes, default_deadline(), &ticket));
     auto r = client_.requests.claim(kind, peer, id);
     if (!r) {
@@ -426,7 +427,7 @@ class Engine {
                             size_t len, uint64_t stage_off, MsgCreditGuard& credit);
   Result<ReqId> send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
                           MsgCreditGuard& credit);
-  Status admit_send(uint64_t bytes);  // QoS's gate for a send that takes no request
+  Status admit_send(NodeId node, uint64_t bytes);  // QoS's gate for a send that takes no request
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   // A receive's request (kRecv, or kRpcRecv with the function id as port),

@@ -16,7 +16,8 @@ namespace lt::qos {
 
 namespace {
 constexpr uint64_t kMagic = 0x6c74716f73623031ull;  // "ltqosb01"
-constexpr uint32_t kActive = 1, kCongested = 2;
+constexpr uint32_t kActive = 1, kCongested = 2, kHostWide = 4;
+constexpr uint32_t kPeerCountShift = 8;  // state bits 8-11: how many of peers[] hold one
 
 bool process_gone(uint64_t owner) {
   const pid_t pid = static_cast<pid_t>(owner >> 32);
@@ -28,8 +29,14 @@ struct alignas(64) BoardSlot {
   std::atomic<uint64_t> owner;      // pid << 32 | a per-engine nonce; 0: free
   std::atomic<uint64_t> heartbeat;  // CLOCK_MONOTONIC ns of the last publish
   std::atomic<uint32_t> priority;
-  std::atomic<uint32_t> state;  // kActive | kCongested
+  std::atomic<uint32_t> state;  // kActive | kCongested | kHostWide | count << kPeerCountShift
+  // The congested peers. Written before state and heartbeat and read after
+  // them, each word on its own: a reader racing a publish may see a mix of
+  // two intervals' peers, which the next interval corrects. A slot that
+  // says congested and names no peer (an older engine's) is the host's.
+  std::atomic<uint32_t> peers[CongestedPeers::kMax];
 };
+static_assert(sizeof(BoardSlot) == 64, "one cache line per slot");
 
 struct HostBoard::Board {
   std::atomic<uint64_t> magic;
@@ -93,11 +100,17 @@ void HostBoard::close() {
   board_ = nullptr;
 }
 
-void HostBoard::publish(uint32_t i, uint32_t priority, bool active, bool congested, uint64_t now) {
+void HostBoard::publish(uint32_t i, uint32_t priority, bool active, const CongestedPeers& congested,
+                        uint64_t now) {
   if (board_ == nullptr || i >= mine_.size()) return;
   BoardSlot& s = board_->slots[mine_[i]];
   s.priority.store(priority, std::memory_order_relaxed);
-  s.state.store((active ? kActive : 0) | (congested ? kCongested : 0), std::memory_order_relaxed);
+  for (uint32_t k = 0; k < congested.n; ++k) {
+    s.peers[k].store(congested.peer[k], std::memory_order_relaxed);
+  }
+  const uint32_t state = (active ? kActive : 0) | (congested.any() ? kCongested : 0) |
+                         (congested.host ? kHostWide : 0) | congested.n << kPeerCountShift;
+  s.state.store(state, std::memory_order_relaxed);
   s.heartbeat.store(now, std::memory_order_release);
 }
 
@@ -112,8 +125,15 @@ void HostBoard::scan(uint64_t now, std::vector<BoardEntry>* out) const {
     const uint64_t hb = s.heartbeat.load(std::memory_order_acquire);
     if (hb == 0 || hb + kFreshNs < now) continue;  // gone quiet, or crashed
     const uint32_t st = s.state.load(std::memory_order_relaxed);
-    out->push_back(
-        {s.priority.load(std::memory_order_relaxed), (st & kActive) != 0, (st & kCongested) != 0});
+    BoardEntry e;
+    e.priority = s.priority.load(std::memory_order_relaxed);
+    e.active = (st & kActive) != 0;
+    if ((st & kCongested) != 0) {
+      const uint32_t n = std::min((st >> kPeerCountShift) & 0xf, CongestedPeers::kMax);
+      for (uint32_t k = 0; k < n; ++k) e.congested.add(s.peers[k].load(std::memory_order_relaxed));
+      if ((st & kHostWide) != 0 || n == 0) e.congested.host = true;
+    }
+    out->push_back(e);
   }
 }
 

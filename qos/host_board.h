@@ -1,8 +1,9 @@
 // The host's QoS board: what the control law needs from the other engines on
 // this host (tenants are usually separate processes), in one small shared
 // memory segment. Each engine holds one slot per class it has and, on every
-// control interval, writes whether the class is active, whether its RTT is
-// above its target, and when it last wrote. Every engine reads the others'
+// control interval, writes whether the class is active, where its RTT is
+// above its target (the peers, or the host: CongestedPeers), and when it last
+// wrote. Every engine reads the others'
 // slots, so a bulk class in one process is throttled when a latency class in
 // another suffers.
 //
@@ -23,14 +24,18 @@
 #include <vector>
 
 #include "common/status.h"
+#include "qos/congested_peers.h"
 
 namespace lt::qos {
 
 /// One other class on the host, as its engine last wrote it.
+/// Peers are node ids of the cluster: engines of different clusters on
+/// one host should not share a board (qos.board), or one cluster's
+/// congested peer may name another's node.
 struct BoardEntry {
   uint32_t priority = 0;
   bool active = false;
-  bool congested = false;
+  CongestedPeers congested;  // none: not congested
 };
 
 class HostBoard {
@@ -51,7 +56,8 @@ class HostBoard {
   bool is_open() const { return board_ != nullptr; }
 
   /// Our class i's state at `now` (CLOCK_MONOTONIC ns, host-wide).
-  void publish(uint32_t i, uint32_t priority, bool active, bool congested, uint64_t now);
+  void publish(uint32_t i, uint32_t priority, bool active, const CongestedPeers& congested,
+               uint64_t now);
   /// The other engines' fresh slots at `now` into *out (cleared first).
   void scan(uint64_t now, std::vector<BoardEntry>* out) const;
 

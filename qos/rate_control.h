@@ -67,6 +67,7 @@ class RateControl {
     }
     const uint64_t solo = std::max(solo_, std::max(measured, kMinRate));
     const uint64_t floor = std::max(kMinRate, solo / 100 * floor_percent_);
+    floor_ = floor;
     if (!throttled_) {
       // Nothing to do while the higher class is fine, or while this class
       // moves nothing (an idle class is not cut; it is when it sends).
@@ -100,6 +101,8 @@ class RateControl {
   void spend(uint64_t bytes) { bucket_.spend(bytes); }
 
   bool throttled() const { return throttled_; }
+  /// Throttled and cut as far as it goes: cutting this one further cannot help.
+  bool at_floor() const { return throttled_ && rate_ <= floor_; }
   uint64_t rate() const { return rate_; }  // bytes/s, kUnlimited when not throttled
   uint64_t solo_rate() const { return solo_; }
   uint64_t throttles() const { return throttles_; }
@@ -129,6 +132,7 @@ class RateControl {
   uint32_t floor_percent_;
   bool throttled_ = false;
   uint64_t rate_ = kUnlimited;
+  uint64_t floor_ = 0;  // the floor of the last throttled update
   uint64_t solo_ = 0;
   TokenBucket bucket_;
   uint64_t throttles_ = 0, decreases_ = 0, recoveries_ = 0;

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/tls.h"
 #include "qos/base_rtt.h"
+#include "qos/peer_lanes.h"
 
 namespace lt::qos {
 
@@ -37,7 +38,7 @@ LT_TLS_FAST thread_local ThreadClass tl_class;
 }  // namespace
 
 struct Scheduler::Class {
-  explicit Class(const QosClass& c) : cfg(c), rc(c.floor_percent) {
+  explicit Class(const QosClass& c) : cfg(c), rc(c.floor_percent), lanes(c.floor_percent) {
     cap_ops.set_rate(c.max_ops_per_s);
     cap_bytes.set_rate(c.max_bytes_per_s);
     // A derived target is per peer; without the table, the class's own base.
@@ -45,19 +46,21 @@ struct Scheduler::Class {
   }
   QosClass cfg;
 
-  SpinLock mu;  // rc, the caps and the interval's figures
-  RateControl rc;
+  SpinLock mu;                     // rc, lanes, the caps and the interval's figures
+  RateControl rc;                  // the whole class: for congestion that names no peer it reaches
+  PeerLanes lanes;                 // per peer: for congestion at that peer
   TokenBucket cap_ops, cap_bytes;  // max_ops_per_s, max_bytes_per_s: always (rate 0: none)
   uint64_t interval_bytes = 0;
-  bool interval_done = false;  // a completion in this interval
-  bool interval_over = false;  // one above its peer's target
-  // The class's congestion signal: whether a completion of the last interval
-  // that had any was above its target, kept through intervals without
+  bool interval_done = false;    // a completion in this interval
+  CongestedPeers interval_over;  // where completions of this interval were above target
+  // The class's congestion signal: where completions of the last interval
+  // that had any were above their target, kept through intervals without
   // completions (a slow call signals until a faster one completes), dropped
   // when the class goes idle.
-  bool signal_over = false;
-  BaseRtt base;     // over all peers: the target shown in the stats
-  PeerBases peers;  // per peer: the target each completion is judged by
+  CongestedPeers signal;
+  uint64_t lane_throttles = 0;  // times a lane's throttling started
+  BaseRtt base;                 // over all peers: the target shown in the stats
+  PeerBases peers;              // per peer: the target each completion is judged by
 
   std::atomic<uint64_t> ops{0}, bytes{0}, in_flight{0}, waiting{0}, delayed{0};
   std::atomic<uint64_t> last_active{0};
@@ -195,12 +198,19 @@ Status Scheduler::pace(uint64_t bytes, Deadline d, Ticket* t) {
   bool counted_wait = false;
   for (;;) {
     k.mu.lock();
-    const uint64_t wait = std::max({k.rc.wait(now), k.cap_ops.wait(now), k.cap_bytes.wait(now)});
+    Lane* lane = t->peer != 0 ? k.lanes.take(t->peer, now, kActiveNs) : nullptr;
+    const uint64_t wait = std::max({k.rc.wait(now), lane != nullptr ? lane->rc.wait(now) : 0,
+                                    k.cap_ops.wait(now), k.cap_bytes.wait(now)});
     if (wait == 0) {
       k.rc.spend(cost);
       k.cap_ops.spend(1);
       k.cap_bytes.spend(bytes);
       k.interval_bytes += cost;
+      if (lane != nullptr) {
+        lane->rc.spend(cost);
+        lane->interval_bytes += cost;
+        lane->last_used = now;
+      }
     }
     k.mu.unlock();
     if (wait == 0) break;
@@ -242,13 +252,78 @@ void Scheduler::on_complete(const Ticket& t, uint64_t now) {
   if (own != nullptr) own->note(rtt, now, kBaseWindowNs);
   const uint64_t target = k.target_from(own != nullptr ? *own : k.base);
   k.interval_done = true;
-  k.interval_over = k.interval_over || (target != 0 && rtt > target);
+  if (target != 0 && rtt > target) k.interval_over.add(t.peer);
   k.mu.unlock();
   maybe_tick(now);
 }
 
 void Scheduler::class_done(uint8_t cls) {
   classes_[cls]->in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// What the strictly higher priorities did in an interval, in this engine
+// and on the host board.
+struct Scheduler::Above {
+  bool active = false;
+  CongestedPeers congested;
+};
+
+// One priority group's lanes, their solo rates and weights summed by peer:
+// a lane grows towards its weight's share of what the group's lanes to that
+// peer did alone, as the class does for the group's solo rate (weighted
+// AIMD, per path). At most kMaxClasses x kLanes entries, scanned linearly;
+// a group has a few classes in practice.
+struct Scheduler::LaneSums {
+  struct Sum {
+    transport::NodeId peer;
+    uint64_t solo;
+    uint32_t weight;
+  };
+  std::array<Sum, kMaxClasses * PeerLanes::kLanes> sums;
+  uint32_t n = 0;
+
+  void add(transport::NodeId peer, uint64_t solo, uint32_t weight) {
+    for (uint32_t j = 0; j < n; ++j) {
+      if (sums[j].peer == peer) {
+        sums[j].solo += solo;
+        sums[j].weight += weight;
+        return;
+      }
+    }
+    if (n < sums.size()) sums[n++] = {peer, solo, weight};
+  }
+  Share of(transport::NodeId peer, uint32_t weight) const {
+    for (uint32_t j = 0; j < n; ++j) {
+      if (sums[j].peer == peer) return Share{sums[j].solo, weight, sums[j].weight};
+    }
+    return Share{0, weight, weight};  // the class is alone at that peer
+  }
+};
+
+// Runs the law on each of k's lanes with the congestion at its own peer, and
+// says whether the class as a whole must be cut too: for congestion that
+// names no peer, at a peer this class has not sent to lately (what the two
+// classes share then is this host: its NIC, its CPUs, its sockets), or at a
+// peer whose lane is already at its floor (cutting that path further cannot
+// help, so the contention is elsewhere). k.mu held.
+bool Scheduler::throttle_lanes(Class& k, uint64_t now, uint64_t dt, const Above& above,
+                               const LaneSums& sums) {
+  for (Lane& l : k.lanes.all()) {
+    if (l.peer == 0) continue;
+    const bool was = l.rc.throttled();
+    l.rc.update(now, dt, l.interval_bytes, above.active, above.congested.has(l.peer),
+                sums.of(l.peer, k.cfg.weight));
+    l.interval_bytes = 0;
+    if (l.rc.throttled() && !was) ++k.lane_throttles;
+  }
+  if (above.congested.host) return true;
+  for (uint32_t j = 0; j < above.congested.n; ++j) {
+    const Lane* l = k.lanes.find(above.congested.peer[j]);
+    if (l == nullptr || now - std::min(now, l->last_used) >= kActiveNs || l->rc.at_floor()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // Classes are visited in priority order; each priority's classes are
@@ -261,20 +336,22 @@ void Scheduler::tick(uint64_t now) {
       last_tick_ != 0 && now > last_tick_ ? now - last_tick_ : RateControl::kIntervalNs;
   last_tick_ = now;
   board_.scan(now, &remote_);
-  bool higher_active = false, higher_congested = false;
+  Above above;
   size_t i = 0;
   while (i < classes_.size()) {
     const uint32_t prio = classes_[i]->cfg.priority;
     for (const BoardEntry& r : remote_) {  // other processes' higher classes
-      if (r.priority < prio) {
-        higher_active = higher_active || r.active;
-        higher_congested = higher_congested || (r.active && r.congested);
+      if (r.priority < prio && r.active) {
+        above.active = true;
+        above.congested.add(r.congested);
       }
     }
-    // The group is [i, end); its active classes share its solo rate by weight.
+    // The group is [i, end); its active classes share its solo rate by
+    // weight, and their lanes to each peer that peer's.
     size_t end = i;
     std::array<bool, kMaxClasses> is_active{};
     Share group{0, 0, 0};
+    LaneSums lane_sums;
     for (; end < classes_.size() && classes_[end]->cfg.priority == prio; ++end) {
       Class& k = *classes_[end];
       is_active[end] =
@@ -283,38 +360,43 @@ void Scheduler::tick(uint64_t now) {
       if (!is_active[end]) continue;
       k.mu.lock();
       group.group_solo += k.rc.solo_rate();
+      for (const Lane& l : k.lanes.all()) {
+        if (l.peer != 0) lane_sums.add(l.peer, l.rc.solo_rate(), k.cfg.weight);
+      }
       k.mu.unlock();
       group.group_weight += k.cfg.weight;
     }
-    bool group_active = false, group_congested = false;
+    Above group_did;
     for (; i < end; ++i) {
       Class& k = *classes_[i];
       const bool active = is_active[i];
       k.mu.lock();
       const uint64_t bytes = k.interval_bytes;
-      if (k.interval_done) k.signal_over = k.interval_over;
-      if (!active) k.signal_over = false;
-      const bool over = k.signal_over;
+      if (k.interval_done) k.signal = k.interval_over;
+      if (!active) k.signal.clear();
+      const CongestedPeers signal = k.signal;
       k.interval_bytes = 0;
-      k.interval_done = k.interval_over = false;
+      k.interval_done = false;
+      k.interval_over.clear();
       const uint64_t target = k.target_from(k.base);
       const bool was_throttled = k.rc.throttled();
-      k.rc.update(now, dt, bytes, higher_active, higher_congested,
+      const bool host_congested = throttle_lanes(k, now, dt, above, lane_sums);
+      k.rc.update(now, dt, bytes, above.active, host_congested,
                   Share{group.group_solo, k.cfg.weight, group.group_weight});
       const bool throttled = k.rc.throttled();
       k.mu.unlock();
       k.target.store(target, std::memory_order_relaxed);
-      k.under_higher.store(higher_active, std::memory_order_relaxed);
+      k.under_higher.store(above.active, std::memory_order_relaxed);
       if (throttled && !was_throttled) {
         LT_DEBUG("qos: class '%s' throttled", k.cfg.name.c_str());
       }
-      const bool congested = active && over;
-      board_.publish(static_cast<uint32_t>(i), prio, active, congested, now);
-      group_active = group_active || active;
-      group_congested = group_congested || congested;
+      board_.publish(static_cast<uint32_t>(i), prio, active, active ? signal : CongestedPeers{},
+                     now);
+      group_did.active = group_did.active || active;
+      if (active) group_did.congested.add(signal);
     }
-    higher_active = higher_active || group_active;
-    higher_congested = higher_congested || group_congested;
+    above.active = above.active || group_did.active;
+    above.congested.add(group_did.congested);
   }
 }
 
@@ -351,9 +433,16 @@ std::vector<ClassStats> Scheduler::class_stats() const {
     s.rtt_p50_ns = k.rtt.quantile(0.5);
     s.rtt_p99_ns = k.rtt.quantile(0.99);
     s.target_rtt_ns = k.target.load(std::memory_order_relaxed);
+    s.peer_rates.reserve(PeerLanes::kLanes);  // no allocation under the spin lock
     k.mu.lock();
-    s.throttles = k.rc.throttles();
+    s.throttles = k.rc.throttles() + k.lane_throttles;
     s.rate = k.rc.rate();
+    for (const Lane& l : k.lanes.all()) {
+      if (l.peer == 0 || !l.rc.throttled()) continue;
+      ++s.throttled_peers;
+      s.peer_rates.emplace_back(l.peer, l.rc.rate());
+      if (!k.rc.throttled()) s.rate = std::min(s.rate, l.rc.rate());
+    }
     k.mu.unlock();
     out.push_back(std::move(s));
   }

@@ -7,8 +7,10 @@
 // call belongs to a class (the thread's, set by set_thread_class, else the
 // process's qos.class, else the tenant's default); the scheduler measures
 // each class's RTT on completions, and a class with a higher class above it
-// passes through a token bucket whose rate follows the higher classes' RTT
-// (RateControl). A throttled call waits for its tokens in admit(), sleeping,
+// passes through token buckets whose rates follow the higher classes' RTT
+// (RateControl): one per peer it sends to (PeerLanes), cut where a higher
+// class is congested at that peer, and the class's own, cut for congestion
+// this host's resources carry. A throttled call waits for its tokens in admit(), sleeping,
 // bounded by its deadline. LMR quotas (bytes and count) are kept here too.
 //
 // Thread-safe. Per operation: no allocation; a class's spin lock is held
@@ -21,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
@@ -48,15 +51,18 @@ struct ClassStats {
   uint64_t in_flight = 0;  // admitted, not completed
   uint64_t waiting = 0;    // calls waiting for tokens now (the class's queue)
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0;
-  uint64_t target_rtt_ns = 0;  // configured, or derived (0: not yet measured)
-  uint64_t throttles = 0;      // times throttling started
-  uint64_t delayed = 0;        // calls that waited for tokens
-  uint64_t rate = 0;           // bytes/s now; RateControl::kUnlimited when not throttled
+  uint64_t target_rtt_ns = 0;    // configured, or derived (0: not yet measured)
+  uint64_t throttles = 0;        // times throttling started (the class's, or a peer's)
+  uint64_t delayed = 0;          // calls that waited for tokens
+  uint64_t rate = 0;             // bytes/s now; RateControl::kUnlimited when not throttled
+  uint32_t throttled_peers = 0;  // peers it is throttled towards (rate: the least of them)
+  std::vector<std::pair<transport::NodeId, uint64_t>> peer_rates;  // theirs, bytes/s
 };
 
 /// What admit() hands the operation, for complete(). `peer` is the node the
-/// operation went to (0: none), set by the caller before complete(): a class
-/// judges each completion against that peer's own RTT.
+/// operation goes to (0: none), set by the caller before admit(): a class is
+/// throttled per peer, and judges each completion against that peer's own
+/// RTT.
 struct Ticket {
   static constexpr uint8_t kNone = 0xff;
   uint8_t cls = kNone;
@@ -106,8 +112,8 @@ class Scheduler {
 
   /// Reserves room for one operation of `bytes` of payload. kQuota when the
   /// tenant already has its limit in flight; with QoS on, waits for the
-  /// class's tokens (kTimedOut past `d`). Pair with retire(); `*t` goes to
-  /// complete().
+  /// class's tokens, and its lane's for `t->peer` (kTimedOut past `d`).
+  /// Pair with retire(); `*t` goes to complete().
   Status admit(uint64_t bytes, Deadline d, Ticket* t) {
     uint32_t n = in_flight_.fetch_add(1, std::memory_order_relaxed);
     if (n >= max_in_flight_) {
@@ -201,6 +207,10 @@ class Scheduler {
 
  private:
   struct Class;
+  struct Above;
+  struct LaneSums;
+  static bool throttle_lanes(Class& k, uint64_t now, uint64_t dt, const Above& above,
+                             const LaneSums& sums);
   Status pace(uint64_t bytes, Deadline d, Ticket* t);
   void on_complete(const Ticket& t, uint64_t now);
   void class_done(uint8_t cls);

@@ -53,7 +53,9 @@ constexpr Command kCommands[] = {
     {"class", "NAME -> ok (LT_set_class for the command thread; '-': back to the process's)",
      cmd_class},
     {"qos",
-     "-> ok NAME:prio=N,ops=N,bytes=N,in_flight=N,delayed=N,throttles=N,p50_ns=N,p99_ns=N ... "
+     "-> ok "
+     "NAME:prio=N,ops=N,bytes=N,in_flight=N,delayed=N,throttles=N,p50_ns=N,p99_ns=N,throttled_"
+     "peers=N ... "
      "(LT_class_stats, in priority order)",
      cmd_qos},
     {"metrics", "-> ok HOST:PORT (LT_metrics_address: where metrics.listen serves)", cmd_metrics},

@@ -71,9 +71,10 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
 // A message complete at its post has nothing to wait for, so it takes no
 // request slot. With QoS on it still passes its class's gate (paced and
 // counted; no RTT sample: a post's own duration says nothing of the path).
-Status Engine::admit_send(uint64_t bytes) {
+Status Engine::admit_send(NodeId node, uint64_t bytes) {
   if (!sched_.enabled()) return Status::ok();
   qos::Ticket t;
+  t.peer = node;
   LT_RETURN_IF_ERROR(sched_.admit(bytes, default_deadline(), &t));
   sched_.retire(t);
   return Status::ok();
@@ -82,7 +83,7 @@ Status Engine::admit_send(uint64_t bytes) {
 // To this node: delivered here, whatever the size (one copy).
 Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len,
                                    MsgCreditGuard& credit) {
-  LT_RETURN_IF_ERROR(admit_send(len));  // first: once the message is out, the call succeeds
+  LT_RETURN_IF_ERROR(admit_send(self(), len));  // first: once the message is out, the call succeeds
   MsgEager m{make_header(MsgOp::kMsgEager, 0), port, 0};
   std::vector<std::byte> msg(sizeof(m) + len);
   std::memcpy(msg.data(), &m, sizeof(m));
@@ -94,7 +95,7 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len,
 
 Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, uint32_t port,
                                  const void* buf, size_t len, MsgCreditGuard& credit) {
-  LT_RETURN_IF_ERROR(admit_send(len));
+  LT_RETURN_IF_ERROR(admit_send(node, len));
   MsgEager m{credit.header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
   LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false));
   credit.sent();
@@ -106,7 +107,7 @@ Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, uint32_t 
 Result<ReqId> Engine::send_staged(NodeId node, transport::Endpoint* ep, uint32_t port,
                                   const void* buf, size_t len, uint64_t stage_off,
                                   MsgCreditGuard& credit) {
-  if (Status s = admit_send(len); !s.is_ok()) {
+  if (Status s = admit_send(node, len); !s.is_ok()) {
     stage_.free(node, stage_off);
     return s;
   }

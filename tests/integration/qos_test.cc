@@ -112,6 +112,7 @@ TEST_F(QosTwoTenants, GetTheirClassesAndQuotas) {
   EXPECT_GE(qos_field(q, "latency", "ops"), 1) << q;
   EXPECT_GE(qos_field(q, "latency", "bytes"), 4096) << q;
   EXPECT_EQ(qos_field(q, "bulk", "ops"), 0) << q;
+  EXPECT_EQ(qos_field(q, "bulk", "throttled_peers"), 0) << q;
   ASSERT_EQ(kv->cmd("class bulk"), "ok");
   ASSERT_EQ(kv->cmd("fill " + h + " 0 4096 8"), "ok");
   ASSERT_EQ(kv->cmd("sum " + h + " 0 4096"), "ok " + std::to_string(4096 * 8));

@@ -20,7 +20,8 @@ std::string cmd_qos(lt_engine_t* e, Args&) {
          ",ops=" + std::to_string(c.ops) + ",bytes=" + std::to_string(c.bytes) +
          ",in_flight=" + std::to_string(c.in_flight) + ",delayed=" + std::to_string(c.delayed) +
          ",throttles=" + std::to_string(c.throttles) + ",p50_ns=" + std::to_string(c.rtt_p50_ns) +
-         ",p99_ns=" + std::to_string(c.rtt_p99_ns);
+         ",p99_ns=" + std::to_string(c.rtt_p99_ns) +
+         ",throttled_peers=" + std::to_string(c.throttled_peers);
   }
   return s;
 }

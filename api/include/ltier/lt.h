@@ -400,8 +400,9 @@ typedef struct lt_class_stats {
   uint64_t throttles;  /* times throttling of this class started */
   uint64_t rtt_p50_ns; /* of all completed operations of the class */
   uint64_t rtt_p99_ns;
-  uint64_t target_rtt_ns; /* configured or derived; 0 until measured */
-  uint64_t rate;          /* bytes/s allowed now; UINT64_MAX when not throttled */
+  uint64_t target_rtt_ns;   /* configured or derived; 0 until measured */
+  uint64_t rate;            /* bytes/s allowed now; UINT64_MAX when not throttled */
+  uint32_t throttled_peers; /* peers it is throttled towards alone (rate: the least of them) */
 } lt_class_stats_t;
 /* The classes this engine's tenant may use, in priority order: up to `cap`
  * into out, their number into *n. -LT_ERR_UNSUPPORTED with no qos.classes

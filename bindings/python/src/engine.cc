@@ -180,6 +180,7 @@ py::list class_stats(EngineState& s) {
     d["target_rtt_ns"] = cs[i].target_rtt_ns;
     d["rate"] =
         cs[i].rate == UINT64_MAX ? py::object(py::none()) : py::object(py::int_(cs[i].rate));
+    d["throttled_peers"] = cs[i].throttled_peers;
     out.append(d);
   }
   return out;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "qos/scheduler.h"
+#include "sim_clock.h"
 
 namespace lt::qos {
 namespace {
@@ -34,15 +35,27 @@ TEST(HostBoard, EnginesSeeEachOthersFreshSlotsOnly) {
   ASSERT_TRUE(a.open(n.str(), 2).is_ok());
   ASSERT_TRUE(b.open(n.str(), 1).is_ok());
   const uint64_t t = 5'000'000'000;
-  a.publish(0, 0, true, true, t);
-  a.publish(1, 1, false, false, t);
+  CongestedPeers at_two, at_host;
+  at_two.add(7);
+  at_two.add(9);
+  at_host.add(0);  // a completion without a peer: the host's
+  a.publish(0, 0, true, at_two, t);
+  a.publish(1, 1, false, at_host, t);
   std::vector<BoardEntry> seen;
   b.scan(t + 100, &seen);
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0].priority, 0u);
   EXPECT_TRUE(seen[0].active);
-  EXPECT_TRUE(seen[0].congested);
+  EXPECT_EQ(seen[0].congested.n, 2u);
+  EXPECT_TRUE(seen[0].congested.has(7));
+  EXPECT_TRUE(seen[0].congested.has(9));
+  EXPECT_FALSE(seen[0].congested.host);
   EXPECT_FALSE(seen[1].active);
+  EXPECT_TRUE(seen[1].congested.host);
+  EXPECT_EQ(seen[1].congested.n, 0u);
+  a.publish(0, 0, true, CongestedPeers{}, t);
+  b.scan(t + 100, &seen);
+  EXPECT_FALSE(seen[0].congested.any());
   a.scan(t + 100, &seen);
   EXPECT_TRUE(seen.empty());  // b never published: not counted
   b.scan(t + HostBoard::kFreshNs + 1, &seen);
@@ -70,9 +83,8 @@ TEST(HostBoard, ADeadProcessesSlotsAreTakenBack) {
   EXPECT_EQ(c.open(n.str(), 1).code(), Code::kNoResource);  // b, alive, holds them all
 }
 
-std::atomic<uint64_t> sim_ns{1'000'000'000};
-uint64_t sim_now() { return sim_ns.load(); }
-void sim_sleep(uint64_t ns) { sim_ns.fetch_add(ns); }
+using sim::sim_now;
+using sim::sim_sleep;
 
 QosConfig two_classes(const std::string& board) {
   QosConfig q;
@@ -131,6 +143,63 @@ TEST(HostBoard, ThrottlingCrossesEnginesAndEndsWhenOneCrashes) {
   bulk();
   bulk();
   EXPECT_EQ(b.class_stats()[1].rate, RateControl::kUnlimited);
+}
+
+// The same across engines, per peer: a latency class in engine a above its
+// target at node 2 cuts engine b's bulk writes to node 2 only; its writes
+// to node 3 never wait.
+TEST(HostBoard, ACongestedPeerCrossesEnginesByName) {
+  BoardName n;
+  QosConfig qa = two_classes(n.str()), qb = two_classes(n.str());
+  qa.default_class = "latency";
+  qb.default_class = "bulk";
+  Scheduler a(qa, Clock{&sim_now, &sim_sleep}), b(qb, Clock{&sim_now, &sim_sleep});
+  std::string error;
+  ASSERT_TRUE(a.start(&error).is_ok()) << error;
+  ASSERT_TRUE(b.start(&error).is_ok()) << error;
+  constexpr uint64_t kT = RateControl::kIntervalNs;
+  constexpr transport::NodeId kNear = 2, kOther = 3;
+  uint64_t waited[2] = {0, 0};
+  auto bulk = [&](transport::NodeId peer) {
+    Ticket t;
+    t.peer = peer;
+    const uint64_t before = sim_now();
+    ASSERT_TRUE(b.admit(1 << 20, Deadline::never(), &t).is_ok());
+    waited[peer == kNear ? 0 : 1] += sim_now() - before;
+    sim_sleep(kT / 2);
+    b.complete(t);
+    b.retire(t);
+    a.tick(sim_now());  // what a's own calls would do every interval
+  };
+  for (int i = 0; i < 20; ++i) {  // alone: the lanes' solo rates
+    bulk(kNear);
+    bulk(kOther);
+  }
+  auto latency = [&](uint64_t takes_ns) {
+    Ticket lat;
+    lat.peer = kNear;
+    ASSERT_TRUE(a.admit(8, Deadline::never(), &lat).is_ok());
+    const uint64_t end = sim_now() + takes_ns;
+    while (sim_now() < end) {
+      bulk(kNear);
+      bulk(kOther);
+    }
+    a.complete(lat);
+    a.retire(lat);
+  };
+  latency(2'000'000);  // above target at node 2, once
+  bool seen = false;
+  for (int i = 0; i < 100; ++i) {
+    latency(20'000);
+    const auto cs = b.class_stats();
+    if (cs[1].throttled_peers == 0) continue;
+    seen = true;
+    ASSERT_EQ(cs[1].peer_rates.size(), 1u);
+    EXPECT_EQ(cs[1].peer_rates[0].first, kNear);
+  }
+  EXPECT_TRUE(seen) << "bulk's lane to node 2 in b was not throttled by a";
+  EXPECT_GT(waited[0], 0u);
+  EXPECT_EQ(waited[1], 0u) << "a write to node 3 waited";
 }
 
 }  // namespace

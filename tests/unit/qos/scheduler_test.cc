@@ -7,39 +7,15 @@
 #include <thread>
 
 #include "qos/base_rtt.h"
+#include "sim_clock.h"
 
 namespace lt::qos {
 namespace {
 
-QosConfig policy(const std::string& tenant) {
-  QosConfig q;
-  q.tenant = tenant;
-  q.board = "none";  // alone: not throttled by other tests' engines on this host
-  QosClass hi;
-  hi.name = "latency";
-  hi.priority = 0;
-  hi.target_rtt_ns = 100'000;
-  QosClass lo;
-  lo.name = "bulk";
-  lo.priority = 1;
-  QosClass other;
-  other.name = "batch";
-  other.priority = 2;
-  q.policy.classes = {lo, hi, other};  // file order is not priority order
-  QosTenant kv;
-  kv.name = "kv";
-  kv.classes = {"latency", "bulk"};
-  kv.default_class = "latency";
-  kv.max_ops_in_flight = 3;
-  kv.max_lmr_bytes = 1000;
-  kv.max_lmrs = 2;
-  QosTenant etl;
-  etl.name = "etl";
-  etl.classes = {"bulk", "batch"};
-  etl.default_class = "bulk";
-  q.policy.tenants = {kv, etl};
-  return q;
-}
+using sim::policy;
+using sim::sim_now;
+using sim::sim_op;
+using sim::sim_sleep;
 
 TEST(Scheduler, OffWithoutClasses) {
   QosConfig q;
@@ -127,23 +103,6 @@ TEST(Scheduler, TenantQuotasRefuseWithQuota) {
   s.give_lmr(400);
   EXPECT_TRUE(s.take_lmr(1).is_ok());
   EXPECT_EQ(s.stats().quota_refused, 3u);
-}
-
-// A simulated clock: time moves only when a test or a throttled call's
-// wait moves it.
-std::atomic<uint64_t> sim_ns{1'000'000'000};
-uint64_t sim_now() { return sim_ns.load(); }
-void sim_sleep(uint64_t ns) { sim_ns.fetch_add(ns); }
-
-// One operation of class `cls` that takes `takes_ns` of simulated time, from
-// admit to retire.
-void sim_op(Scheduler& s, const char* cls, uint64_t bytes, uint64_t takes_ns) {
-  ASSERT_TRUE(s.set_thread_class(cls).is_ok());
-  Ticket t;
-  ASSERT_TRUE(s.admit(bytes, Deadline::never(), &t).is_ok());
-  sim_sleep(takes_ns);
-  s.complete(t);
-  s.retire(t);
 }
 
 // The bulk class is throttled while the latency class is active and above
@@ -280,79 +239,6 @@ TEST(Scheduler, DerivedTargetIsEachPeersOwn) {
   cs = s.class_stats();
   EXPECT_GE(cs[1].throttles, 1u);
   EXPECT_NE(cs[1].rate, RateControl::kUnlimited);
-  ASSERT_TRUE(s.set_thread_class("").is_ok());
-}
-
-// Two classes of one priority, weights 3 and 1, cut together by a slow
-// latency call: once the latency class is back within its target, each
-// grows by its weight's share, so the heavier one climbs three times as fast.
-TEST(Scheduler, ClassesOfOnePriorityRecoverByWeight) {
-  QosConfig q;
-  q.tenant = "t";
-  q.board = "none";
-  QosClass hi, heavy, light;
-  hi.name = "latency";
-  hi.target_rtt_ns = 100'000;
-  heavy.name = "heavy";
-  heavy.priority = light.priority = 1;
-  heavy.weight = 3;
-  light.name = "light";
-  q.policy.classes = {hi, heavy, light};
-  QosTenant t;
-  t.name = "t";
-  t.classes = {"latency", "heavy", "light"};
-  t.default_class = "latency";
-  q.policy.tenants = {t};
-  Scheduler s(q, Clock{&sim_now, &sim_sleep});
-  std::string error;
-  ASSERT_TRUE(s.start(&error).is_ok()) << error;
-  constexpr uint64_t kT = RateControl::kIntervalNs;
-  auto op = [&](const char* cls, uint64_t bytes, uint64_t takes_ns) {
-    sim_op(s, cls, bytes, takes_ns);
-  };
-  auto rates = [&] {
-    auto cs = s.class_stats();
-    return std::make_pair(cs[1].rate, cs[2].rate);
-  };
-  for (int i = 0; i < 40; ++i) {  // both alone: the same solo rate
-    op("heavy", 1 << 20, kT / 4);
-    op("light", 1 << 20, kT / 4);
-  }
-  // Latency calls of 2 ms, one always in flight while both write.
-  for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE(s.set_thread_class("latency").is_ok());
-    Ticket slow;
-    ASSERT_TRUE(s.admit(8, Deadline::never(), &slow).is_ok());
-    for (int k = 0; k < 8; ++k) {
-      op("heavy", 1 << 20, kT / 4);
-      op("light", 1 << 20, kT / 4);
-    }
-    s.complete(slow);
-    s.retire(slow);
-  }
-  ASSERT_NE(rates().first, RateControl::kUnlimited);
-  ASSERT_NE(rates().second, RateControl::kUnlimited);
-  // Fast latency calls now; the slow call's signal lasts until their first
-  // interval has passed.
-  for (int i = 0; i < 3; ++i) {
-    op("latency", 8, 20'000);
-    sim_sleep(kT);
-  }
-  uint64_t grew_heavy = 0, grew_light = 0;
-  for (int i = 0; i < 200; ++i) {
-    auto [h0, l0] = rates();
-    op("latency", 8, 20'000);
-    op("heavy", 1 << 20, kT / 4);
-    op("light", 1 << 20, kT / 4);
-    auto [h1, l1] = rates();
-    if (h1 == RateControl::kUnlimited || l1 == RateControl::kUnlimited) break;
-    ASSERT_GE(h1, h0);
-    ASSERT_GE(l1, l0);
-    grew_heavy += h1 - h0;
-    grew_light += l1 - l0;
-  }
-  ASSERT_GT(grew_light, 0u);
-  EXPECT_NEAR(static_cast<double>(grew_heavy) / static_cast<double>(grew_light), 3.0, 0.5);
   ASSERT_TRUE(s.set_thread_class("").is_ok());
 }
 
