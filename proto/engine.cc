@@ -33,6 +33,8 @@ Engine::Engine(const Config& config)
 Engine::~Engine() {
   leave();
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (poller_epfd_ >= 0) close(poller_epfd_);
+  if (poller_fd_ >= 0) close(poller_fd_);
 }
 
 std::string Engine::local_address(std::string_view transport) const {
@@ -137,6 +139,7 @@ Status Engine::join() {
     t->set_identity(membership_->self(), membership_->cluster_token(), key);
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  open_poller_set();
   membership_->set_waker([fd = wake_fd_] { net::ring_eventfd(fd); });
   running_.store(true);
   joined_.store(true);

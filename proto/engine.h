@@ -312,6 +312,13 @@ class Engine {
   // out when its spin began (keep_parked), off the path from a reply to the
   // next call; a short one does it here, one end in 64 (it reads no clock).
   void end_spin(bool will_sleep, bool timed);
+  // A caller whose spin ran out while the progress thread is parked sleeps
+  // on the transports itself (become_poller, poll_asleep): the completion
+  // that ends its wait wakes it directly, not the progress thread, which
+  // would then wake it (two wake-ups, each a context switch on a busy core).
+  bool become_poller();
+  void poll_asleep(Request* r, Deadline d);
+  void open_poller_set();
   void keep_parked(uint64_t now) {
     if (parked_.load(std::memory_order_relaxed)) park_timer_.extend(now);
   }
@@ -490,7 +497,13 @@ class Engine {
   // calling, though between two calls it may not be spinning right now.
   std::atomic<uint64_t> spin_ends_{0};
   std::atomic<bool> sleeper_{false};  // a caller went to sleep: don't park for spin_ends_
-  PeerCpu peer_cpu_;                  // where the last hinted record's sender ran (YieldPacer)
+  // A caller asleep on the transports themselves (poll_asleep): the progress
+  // thread stays parked for it. At most one at a time.
+  std::atomic<bool> poller_{false};
+  std::atomic<uint32_t> futex_sleepers_{0};  // callers asleep on a futex: someone must poll
+  int poller_epfd_ = -1;                     // every transport's wait_fd() and poller_fd_
+  int poller_fd_ = -1;                       // rung when the poller's request completes
+  PeerCpu peer_cpu_;  // where the last hinted record's sender ran (YieldPacer)
   ParkTimer park_timer_;
   static constexpr int kMaxBatchesPerPass = 16;
   // While passes find work, the progress thread looks at the manager socket

@@ -48,6 +48,12 @@ class ParkTimer {
   void extend(uint64_t now) {
     if (now - armed_at_.load(std::memory_order_relaxed) >= kRearmNs) arm(now);
   }
+  /// No alarm: the thread parks until woken (a caller polls in its place).
+  void disarm() {
+    armed_at_.store(0, std::memory_order_relaxed);
+    itimerspec t{};
+    if (fd_ >= 0) timerfd_settime(fd_, 0, &t, nullptr);
+  }
   void drain() {
     if (fd_ >= 0) net::drain_eventfd(fd_);
   }

@@ -175,13 +175,29 @@ void Engine::progress_loop() {
     const uint64_t ends = spin_ends_.load(std::memory_order_relaxed);
     const bool calling = ends != ends_seen;
     ends_seen = ends;
-    if (spinners_.load(std::memory_order_seq_cst) > 0 || calling) {
+    // A caller asleep on the transports polls for everyone as well, unless
+    // another sleeps on a futex and needs us.
+    auto polled = [this] {
+      return poller_.load(std::memory_order_seq_cst) &&
+             futex_sleepers_.load(std::memory_order_seq_cst) == 0;
+    };
+    if (spinners_.load(std::memory_order_seq_cst) > 0 || calling || polled()) {
       // A caller is spinning in wait() and polls the transports, serving
       // peers too: a second spinner would only take its core (2 cores here).
+      // For a sleeping poller alone no alarm: it may sleep for long, and
+      // hands the polling back when it ends (poll_asleep).
       park_timer_.drain();
-      park_timer_.arm(now);
+      const bool untimed = spinners_.load(std::memory_order_seq_cst) == 0 && !calling && polled();
+      if (untimed) {
+        park_timer_.disarm();
+      } else {
+        park_timer_.arm(now);
+      }
       parked_.store(true, std::memory_order_seq_cst);
-      if (spinners_.load(std::memory_order_seq_cst) > 0 ||
+      // The poller may have ended before it could see us parked: then the
+      // alarm is ours to set (either it sees parked_ or we see poller_).
+      if (untimed && !polled()) park_timer_.arm(now);
+      if (spinners_.load(std::memory_order_seq_cst) > 0 || polled() ||
           (calling && !sleeper_.exchange(false, std::memory_order_seq_cst))) {
         const uint64_t hb_ns = uint64_t{static_cast<uint32_t>(hb)} * 1000000ull;
         sets.park(park_timer_.fd() >= 0 ? hb_ns : std::min(ParkTimer::kWindowNs, hb_ns));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/net.h"
 #include "common/status.h"
 #include "proto/lmr/lmr.h"
 #include "proto/msg.h"
@@ -72,6 +73,9 @@ struct Request {
   std::atomic<uint64_t> word{0};       // [generation:32][state:8]
   std::atomic<uint32_t> wake{0};       // futex word, bumped on completion
   std::atomic<uint32_t> sleepers{0};
+  // A waiter asleep on the transports (Engine::poll_asleep) rather than on
+  // `wake`: its eventfd, rung with the futex wake. -1 otherwise.
+  std::atomic<int> notify_fd{-1};
   std::atomic<NodeId> peer{0};
   ReqKind kind = ReqKind::kPlain;
   Code status = Code::kOk;
@@ -130,6 +134,8 @@ struct Request {
     if (sleepers.load(std::memory_order_seq_cst) != 0) {
       wake.fetch_add(1, std::memory_order_seq_cst);
       futex_wake_all(&wake);
+      const int fd = notify_fd.load(std::memory_order_relaxed);
+      if (fd >= 0) net::ring_eventfd(fd);
     }
   }
 };

@@ -1,7 +1,11 @@
 // Requests from the caller's side: made, waited for (spin, then sleep),
 // tested, cancelled, released; and the sweep that fails a lost peer's.
 #include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "common/net.h"
 #include "proto/engine.h"
@@ -64,6 +68,90 @@ void Engine::end_spin(bool will_sleep, bool timed) {
   }
 }
 
+bool Engine::become_poller() {
+  if (poller_epfd_ < 0) return false;
+  bool expected = false;
+  if (!poller_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) return false;
+  // Only while the progress thread is parked: it then stays parked for us
+  // (progress_loop). Polling or asleep on the transports, it is the poller.
+  if (parked_.load(std::memory_order_seq_cst)) return true;
+  poller_.store(false, std::memory_order_seq_cst);
+  return false;
+}
+
+// The caller sleeps in epoll on every transport's wait_fd(), armed as the
+// progress thread arms them (prepare_sleep), and on poller_fd_, which the
+// completer of its request rings when another thread completed it. Each
+// wake-up is a progress pass: it serves peers and completes other callers'
+// requests as the progress thread would. Returns with `r` done, the
+// deadline passed, or the progress thread polling again (unparked: other
+// callers sleep on their futex and need it; two threads asleep on the
+// transports would both wake for every event), and hands the polling back.
+void Engine::poll_asleep(Request* r, Deadline d) {
+  while (!r->done()) {
+    const uint64_t left = d.remaining_ns();
+    if (left == 0 || !parked_.load(std::memory_order_seq_cst)) break;
+    if (!prepare_sleep()) {  // another thread holds the token, or wants a pass
+      progress(&r->word);
+      cpu_relax();
+      continue;
+    }
+    r->notify_fd.store(poller_fd_, std::memory_order_relaxed);
+    r->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (word_state(r->word.load(std::memory_order_seq_cst)) != kStDone) {
+      // Capped as the futex sleep is: QoS keeps its board fresh.
+      const uint64_t ns =
+          std::min<uint64_t>(left, sched_.paced() ? qos::Scheduler::kKeepFreshNs : kMaxSleepNs);
+      const timespec t = {static_cast<time_t>(ns / 1'000'000'000ull),
+                          static_cast<long>(ns % 1'000'000'000ull)};
+      epoll_event evs[8];
+      const int n = epoll_pwait2(poller_epfd_, evs, 8, &t, nullptr);
+      const auto all = transports_.all();
+      for (int i = 0; i < n; ++i) {
+        const uint32_t tag = evs[i].data.u32;
+        if (tag < all.size()) {
+          all[tag]->woken();
+        } else {
+          net::drain_eventfd(poller_fd_);
+        }
+      }
+    }
+    r->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    r->notify_fd.store(-1, std::memory_order_relaxed);
+    if (sched_.paced()) sched_.keep_fresh(now_ns());
+    progress(&r->word);
+  }
+  poller_.store(false, std::memory_order_seq_cst);
+  // Back to the progress thread: at once if a caller sleeps on a futex (it
+  // needs someone to poll), else within its park window, as after any call.
+  if (parked_.load(std::memory_order_seq_cst)) {
+    if (futex_sleepers_.load(std::memory_order_seq_cst) != 0) {
+      net::ring_eventfd(wake_fd_);
+    } else {
+      park_timer_.arm(now_ns());
+    }
+  }
+}
+
+void Engine::open_poller_set() {
+  poller_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  poller_epfd_ = poller_fd_ >= 0 ? epoll_create1(EPOLL_CLOEXEC) : -1;
+  if (poller_epfd_ < 0) return;  // callers then sleep on their futex only
+  const auto all = transports_.all();
+  auto add = [&](int fd, uint32_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = tag;
+    return epoll_ctl(poller_epfd_, EPOLL_CTL_ADD, fd, &ev) == 0;
+  };
+  bool ok = add(poller_fd_, static_cast<uint32_t>(all.size()));
+  for (uint32_t i = 0; ok && i < all.size(); ++i) ok = add(all[i]->wait_fd(), i);
+  if (!ok) {
+    close(poller_epfd_);
+    poller_epfd_ = -1;
+  }
+}
+
 Status Engine::wait_credits(uint32_t seen, Deadline d) {
   const uint64_t start = now_ns();
   const uint64_t spin_until = start + wait_gauge_.budget_ns();
@@ -72,8 +160,14 @@ Status Engine::wait_credits(uint32_t seen, Deadline d) {
   while (credits_.epoch() == seen && now_ns() < spin_until) {
     if (!progress()) cpu_relax();
   }
-  end_spin(credits_.epoch() == seen, true);
-  return credits_.sleep_while(seen, d);
+  // Counted before end_spin may unpark the progress thread, which looks.
+  const bool sleeps = credits_.epoch() == seen;
+  if (sleeps) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  end_spin(sleeps, true);
+  if (!sleeps) return Status::ok();
+  Status s = credits_.sleep_while(seen, d);
+  futex_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  return s;
 }
 
 Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
@@ -106,10 +200,24 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     // shares this core (a CPU hog took the other one): let it run.
     pacer.maybe_yield(&now);
   }
-  end_spin(!r->done(), started != 0);
+  // Sleep on the transports if the progress thread is parked (nobody else
+  // polls), else on the request's futex: counted before end_spin may unpark
+  // the progress thread, which looks.
+  const bool polls = !r->done() && become_poller();
+  bool counted = !polls && !r->done();
+  if (counted) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  end_spin(counted, started != 0);
+  if (polls) poll_asleep(r, d);
+  if (!counted && !r->done()) {  // the progress thread polls again: sleep on the futex
+    futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    counted = true;
+  }
   while (!r->done()) {
     uint64_t left = d.remaining_ns();
-    if (left == 0) return Code::kTimedOut;
+    if (left == 0) {
+      if (counted) futex_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+      return Code::kTimedOut;
+    }
     uint32_t seen = r->wake.load(std::memory_order_seq_cst);
     r->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (word_state(r->word.load(std::memory_order_seq_cst)) != kStDone) {
@@ -122,6 +230,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     r->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (sched_.paced()) sched_.keep_fresh(now_ns());
   }
+  if (counted) futex_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   // A wait long enough to read the clock teaches the gauge how long waits
   // last here (one that slept included: spinning would have saved its wake-up).
   if (started != 0) wait_gauge_.note(now_ns() - started);

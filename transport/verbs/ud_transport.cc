@@ -453,6 +453,11 @@ void UdTransport::prepare_sleep() {
 // completion that came before the arming raises no event).
 void UdTransport::try_arm() {
   if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
+  // What an earlier arming stashed still waits for a poll: keep it, stay awake.
+  if (stash_n_ != 0) {
+    kick();
+    return;
+  }
   net::drain_eventfd(awake_fd_.get());
   settle_timer(now_ns());
   armed_.store(true, std::memory_order_seq_cst);

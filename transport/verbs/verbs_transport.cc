@@ -412,6 +412,13 @@ void VerbsTransport::prepare_sleep() {
 // completion that came before the arming raises no event).
 void VerbsTransport::try_arm() {
   if (conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
+  // What an earlier arming stashed still waits for a poll (two threads may
+  // prepare to sleep in a row: the progress thread and a caller that sleeps
+  // on the transports): keep it, and stay awake.
+  if (stash_n_ != 0) {
+    kick();
+    return;
+  }
   net::drain_eventfd(awake_fd_.get());
   armed_.store(true, std::memory_order_seq_cst);
   if (dev_->recv_cq() == dev_->cq()) {
