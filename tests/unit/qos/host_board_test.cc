@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 
 #include "qos/scheduler.h"
@@ -99,19 +100,31 @@ QosConfig two_classes(const std::string& board) {
   return q;
 }
 
+// Two engines on one board and the simulated clock: a runs the latency
+// class, b the bulk class.
+class TwoEngines : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    QosConfig qa = two_classes(n_.str()), qb = two_classes(n_.str());
+    qa.default_class = "latency";
+    qb.default_class = "bulk";
+    a_ = std::make_unique<Scheduler>(qa, Clock{&sim_now, &sim_sleep});
+    b_ = std::make_unique<Scheduler>(qb, Clock{&sim_now, &sim_sleep});
+    std::string error;
+    ASSERT_TRUE(a_->start(&error).is_ok()) << error;
+    ASSERT_TRUE(b_->start(&error).is_ok()) << error;
+  }
+  BoardName n_;
+  std::unique_ptr<Scheduler> a_, b_;
+};
+
 // A latency class in one engine above its target throttles the bulk class
 // of another engine on the host; when the first engine stops (it crashed
 // mid-call: nothing is ever completed or retired), the second runs free
 // within a millisecond.
-TEST(HostBoard, ThrottlingCrossesEnginesAndEndsWhenOneCrashes) {
-  BoardName n;
-  QosConfig qa = two_classes(n.str()), qb = two_classes(n.str());
-  qa.default_class = "latency";
-  qb.default_class = "bulk";
-  Scheduler a(qa, Clock{&sim_now, &sim_sleep}), b(qb, Clock{&sim_now, &sim_sleep});
-  std::string error;
-  ASSERT_TRUE(a.start(&error).is_ok()) << error;
-  ASSERT_TRUE(b.start(&error).is_ok()) << error;
+TEST_F(TwoEngines, ThrottlingCrossesEnginesAndEndsWhenOneCrashes) {
+  Scheduler& a = *a_;
+  Scheduler& b = *b_;
   constexpr uint64_t kT = RateControl::kIntervalNs;
   auto bulk = [&] {
     Ticket t;
@@ -148,15 +161,9 @@ TEST(HostBoard, ThrottlingCrossesEnginesAndEndsWhenOneCrashes) {
 // The same across engines, per peer: a latency class in engine a above its
 // target at node 2 cuts engine b's bulk writes to node 2 only; its writes
 // to node 3 never wait.
-TEST(HostBoard, ACongestedPeerCrossesEnginesByName) {
-  BoardName n;
-  QosConfig qa = two_classes(n.str()), qb = two_classes(n.str());
-  qa.default_class = "latency";
-  qb.default_class = "bulk";
-  Scheduler a(qa, Clock{&sim_now, &sim_sleep}), b(qb, Clock{&sim_now, &sim_sleep});
-  std::string error;
-  ASSERT_TRUE(a.start(&error).is_ok()) << error;
-  ASSERT_TRUE(b.start(&error).is_ok()) << error;
+TEST_F(TwoEngines, ACongestedPeerCrossesEnginesByName) {
+  Scheduler& a = *a_;
+  Scheduler& b = *b_;
   constexpr uint64_t kT = RateControl::kIntervalNs;
   constexpr transport::NodeId kNear = 2, kOther = 3;
   uint64_t waited[2] = {0, 0};
