@@ -289,7 +289,9 @@ fi
   echo "sizes=$SIZES"
   echo "iters=$ITERS"
   echo "hog_iters=$HOG_ITERS"
-  echo "build=$BUILD"
+  # The docs name the build directory as the reader's checkout has it.
+  repo=$(cd "$(dirname "$0")/.." && pwd)
+  echo "build=${BUILD#"$repo"/}"
 } >"$RAW/meta"
 
 else

@@ -69,7 +69,10 @@ void Engine::end_spin(bool will_sleep, bool timed) {
 }
 
 bool Engine::become_poller() {
-  if (poller_epfd_ < 0) return false;
+  // Not while other callers spin (this one is still counted): they poll for
+  // everyone, and a thread asleep on the transports would wake for traffic
+  // they take (an idle receiver, beside a busy one, cost 8 B tcp streaming 8%).
+  if (poller_epfd_ < 0 || spinners_.load(std::memory_order_seq_cst) > 1) return false;
   bool expected = false;
   if (!poller_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) return false;
   // Only while the progress thread is parked: it then stays parked for us
@@ -84,13 +87,17 @@ bool Engine::become_poller() {
 // completer of its request rings when another thread completed it. Each
 // wake-up is a progress pass: it serves peers and completes other callers'
 // requests as the progress thread would. Returns with `r` done, the
-// deadline passed, or the progress thread polling again (unparked: other
+// deadline passed, the progress thread polling again (unparked: other
 // callers sleep on their futex and need it; two threads asleep on the
-// transports would both wake for every event), and hands the polling back.
+// transports would both wake for every event), or another caller spinning
+// (it polls), and hands the polling back.
 void Engine::poll_asleep(Request* r, Deadline d) {
   while (!r->done()) {
     const uint64_t left = d.remaining_ns();
-    if (left == 0 || !parked_.load(std::memory_order_seq_cst)) break;
+    if (left == 0 || !parked_.load(std::memory_order_seq_cst) ||
+        spinners_.load(std::memory_order_seq_cst) != 0) {
+      break;
+    }
     if (!prepare_sleep()) {  // another thread holds the token, or wants a pass
       progress(&r->word);
       cpu_relax();
