@@ -317,7 +317,7 @@ class Engine {
   // that ends its wait wakes it directly, not the progress thread, which
   // would then wake it (two wake-ups, each a context switch on a busy core).
   bool become_poller();
-  void poll_asleep(Request* r, Deadline d);
+  bool poll_asleep(Request* r, Deadline d);
   void open_poller_set();
   void keep_parked(uint64_t now) {
     if (parked_.load(std::memory_order_relaxed)) park_timer_.extend(now);

@@ -90,8 +90,9 @@ bool Engine::become_poller() {
 // deadline passed, the progress thread polling again (unparked: other
 // callers sleep on their futex and need it; two threads asleep on the
 // transports would both wake for every event), or another caller spinning
-// (it polls), and hands the polling back.
-void Engine::poll_asleep(Request* r, Deadline d) {
+// (it polls), and hands the polling back. Returns true when the caller
+// still waits and is counted in futex_sleepers_ for its futex sleep.
+bool Engine::poll_asleep(Request* r, Deadline d) {
   while (!r->done()) {
     const uint64_t left = d.remaining_ns();
     if (left == 0 || !parked_.load(std::memory_order_seq_cst) ||
@@ -128,6 +129,11 @@ void Engine::poll_asleep(Request* r, Deadline d) {
     if (sched_.paced()) sched_.keep_fresh(now_ns());
     progress(&r->word);
   }
+  // A caller that still waits sleeps on its futex next: counted before the
+  // hand-over, so that a parked progress thread is woken for it at once
+  // rather than at the end of its park window.
+  const bool sleeps = !r->done() && d.remaining_ns() != 0;
+  if (sleeps) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
   poller_.store(false, std::memory_order_seq_cst);
   // Back to the progress thread: at once if a caller sleeps on a futex (it
   // needs someone to poll), else within its park window, as after any call.
@@ -138,6 +144,7 @@ void Engine::poll_asleep(Request* r, Deadline d) {
       park_timer_.arm(now_ns());
     }
   }
+  return sleeps;
 }
 
 void Engine::open_poller_set() {
@@ -214,8 +221,8 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   bool counted = !polls && !r->done();
   if (counted) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
   end_spin(counted, started != 0);
-  if (polls) poll_asleep(r, d);
-  if (!counted && !r->done()) {  // the progress thread polls again: sleep on the futex
+  if (polls) counted = poll_asleep(r, d);
+  if (!counted && !r->done()) {  // the deadline passed as the poller left
     futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
     counted = true;
   }
