@@ -4,12 +4,24 @@
 // threads of one process (two classes). A benchmark: it prints figures and
 // asserts nothing.
 //
-//   qos_isolation [--mode procs|threads] [--seconds S] [--period-us P]
+//   qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]
+//                 [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
+//
+// `peers` adds a second server node: the latency tenant calls the first,
+// and the bulk tenant writes to both at once (a thread each), which shows
+// the scheduler throttling bulk per peer (towards the node where the
+// classes meet) or as a whole (when the shared part is this host). With
+// --netns the servers run in those network namespaces, listening on those
+// addresses, and the manager and the tenants on IP in this one: a slow link
+// to one server is then congestion at that peer only (bench/qos_peers.sh
+// builds such a setup).
 //
 // LTIER_TRANSPORTS picks the transport (tcp or shm,tcp). Output lines:
 //   case=NAME lat_p50_us= lat_p99_us= lat_p999_us= bulk_gbps= bulk_after_gbps=
 // bulk_gbps counts while the latency tenant runs (its first 100 ms left out);
-// bulk_after_gbps is the 10 ms after it stopped.
+// bulk_after_gbps is the 10 ms after it stopped. In `peers` mode bulk_gbps
+// is split too: bulk_shared_gbps towards the latency tenant's server,
+// bulk_other_gbps towards the other node.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -54,11 +66,15 @@ int echo(void*, lt_node_t, const void* in, size_t n, void* out, size_t cap, size
   return 0;
 }
 
+// The address this node listens on: QOS_BENCH_IP (set by the parent for
+// nodes in other namespaces), else loopback.
 lt_engine_t* join(const std::string& manager) {
+  const char* ip = getenv("QOS_BENCH_IP");
+  const std::string listen = std::string(ip != nullptr ? ip : "127.0.0.1") + ":0";
   lt_join_opts_t o{};
   o.manager = manager.c_str();
   o.secret = "qos-bench";
-  o.listen = "127.0.0.1:0";
+  o.listen = listen.c_str();
   lt_engine_t* e = nullptr;
   if (int rc = LT_join(&o, &e); rc != 0) die("join", rc);
   return e;
@@ -97,8 +113,9 @@ void run_latency(lt_engine_t* e, lt_node_t server, double seconds, uint64_t peri
 }
 
 // The bulk side: 1 MiB LT_writes to an LMR at the server, flat out, for
-// `seconds`; prints the bytes written in each millisecond.
-void run_bulk(lt_engine_t* e, lt_node_t server, double seconds) {
+// `seconds`; prints the bytes written in each millisecond (a line per
+// server: `peer` is its place in the client's list).
+void run_bulk(lt_engine_t* e, lt_node_t server, int peer, double seconds) {
   constexpr size_t kMsg = 1 << 20;
   lt_lmr_t h;
   if (int rc = LT_malloc(e, server, kMsg, LT_RW, &h); rc != 0) die("LT_malloc", rc);
@@ -110,28 +127,39 @@ void run_bulk(lt_engine_t* e, lt_node_t server, double seconds) {
     size_t b = (mono_ns() - start) / 1'000'000;
     if (b < bins.size()) bins[b] += kMsg;
   }
-  printf("bulk start=%llu bins=", static_cast<unsigned long long>(start));
-  for (uint64_t b : bins) printf("%llu,", static_cast<unsigned long long>(b));
-  printf("\n");
+  std::string line =
+      "bulk peer=" + std::to_string(peer) + " start=" + std::to_string(start) + " bins=";
+  for (uint64_t b : bins) line += std::to_string(b) + ",";
+  printf("%s\n", line.c_str());  // one write: the threads' lines stay whole
   LT_free(e, h);
 }
 
-int client_main(const std::string& manager, lt_node_t server, const std::string& what,
-                double seconds, uint64_t period_us) {
+// Bulk to every server at once, a thread each, in the thread's class.
+void run_bulk_all(lt_engine_t* e, const std::vector<lt_node_t>& servers, double seconds, bool qos) {
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    ts.emplace_back([=] {
+      if (qos) LT_set_class(e, "bulk");
+      run_bulk(e, servers[i], static_cast<int>(i), seconds);
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+// `servers`: the latency tenant calls the first; bulk writes to each.
+int client_main(const std::string& manager, const std::vector<lt_node_t>& servers,
+                const std::string& what, double seconds, uint64_t period_us) {
   lt_engine_t* e = join(manager);
   if (what == "lat") {
-    run_latency(e, server, seconds, period_us);
+    run_latency(e, servers[0], seconds, period_us);
   } else if (what == "bulk") {
-    run_bulk(e, server, seconds + 0.3);
-  } else {  // both, as two threads of this process in two classes
+    run_bulk_all(e, servers, seconds + 0.3, false);
+  } else {  // both, as threads of this process in two classes
     const bool qos = LT_set_class(e, "bulk") == 0;
-    std::thread bulk([&] {
-      if (qos) LT_set_class(e, "bulk");
-      run_bulk(e, server, seconds + 0.3);
-    });
+    std::thread bulk([&] { run_bulk_all(e, servers, seconds + 0.3, qos); });
     if (qos) LT_set_class(e, "latency");
     usleep(50'000);
-    run_latency(e, server, seconds, period_us);
+    run_latency(e, servers[0], seconds, period_us);
     bulk.join();
   }
   fflush(stdout);
@@ -139,22 +167,29 @@ int client_main(const std::string& manager, lt_node_t server, const std::string&
   return 0;
 }
 
-std::string self_exe() { return "/proc/" + std::to_string(getpid()) + "/exe"; }
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
+}
 
 // A child: this program again with `args`, extra environment `env`, stdout to a pipe.
 struct Child {
   pid_t pid = -1;
   FILE* out = nullptr;
 };
+// `ns`: a network namespace to run it in (through `ip netns exec`), or "".
 Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            bool keep_stdin_pipe, int* stdin_fd) {
+            bool keep_stdin_pipe, int* stdin_fd, const std::string& ns = "") {
   int o[2], i[2] = {-1, -1};
   if (pipe2(o, O_CLOEXEC) != 0 || (keep_stdin_pipe && pipe2(i, O_CLOEXEC) != 0)) exit(1);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, o[1], 1);
   if (keep_stdin_pipe) posix_spawn_file_actions_adddup2(&fa, i[0], 0);
-  std::vector<std::string> all = {self_exe()};
+  std::vector<std::string> all;
+  if (!ns.empty()) all = {"/usr/sbin/ip", "netns", "exec", ns};
+  all.push_back(self_exe());
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv, envp;
   for (auto& a : all) argv.push_back(const_cast<char*>(a.c_str()));
@@ -189,14 +224,29 @@ std::string read_all(Child& c) {
 
 struct Result {
   double p50 = 0, p99 = 0, p999 = 0, bulk_gbps = 0, after_gbps = 0;
+  std::vector<double> peer_gbps;  // bulk_gbps per server, in the client's order
   bool has_lat = false, has_bulk = false;
+};
+
+// One bulk thread's output: when it started, and bytes per millisecond.
+struct Bins {
+  unsigned long long start = 0;
+  std::vector<double> bytes;
+  // Throughput in [from, to) (ns, CLOCK_MONOTONIC), in GB/s.
+  double rate(uint64_t from, uint64_t to) const {
+    size_t a = from > start ? (from - start) / 1'000'000 : 0;
+    size_t b = to > start ? (to - start) / 1'000'000 : 0;
+    double sum = 0;
+    for (size_t k = a; k < b && k < bytes.size(); ++k) sum += bytes[k];
+    return b > a ? sum / ((b - a) * 1e-3) / 1e9 : 0.0;
+  }
 };
 
 // Reads the lat and bulk lines of the children's output.
 Result parse(const std::string& out) {
   Result r;
-  unsigned long long lstart = 0, lstop = 0, bstart = 0;
-  std::vector<double> bins;
+  unsigned long long lstart = 0, lstop = 0;
+  std::vector<Bins> peers;
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line)) {
@@ -206,28 +256,30 @@ Result parse(const std::string& out) {
              &r.p99, &r.p999, &n, &lstart, &lstop);
       r.has_lat = true;
     } else if (line.rfind("bulk ", 0) == 0) {
-      sscanf(line.c_str(), "bulk start=%llu", &bstart);
-      std::string list = line.substr(line.find("bins=") + 5);
-      std::istringstream ls(list);
+      int peer = 0;
+      Bins b;
+      sscanf(line.c_str(), "bulk peer=%d start=%llu", &peer, &b.start);
+      std::istringstream ls(line.substr(line.find("bins=") + 5));
       std::string v;
-      while (std::getline(ls, v, ',')) bins.push_back(std::stod(v));
+      while (std::getline(ls, v, ',')) b.bytes.push_back(std::stod(v));
+      if (peer < 0 || peer > 8) continue;
+      if (peers.size() <= static_cast<size_t>(peer)) peers.resize(peer + 1);
+      peers[peer] = std::move(b);
       r.has_bulk = true;
     }
   }
-  if (!r.has_bulk) return r;
-  // Bulk throughput in [from, to) (ns, CLOCK_MONOTONIC), from its 1 ms bins.
-  auto rate = [&](uint64_t from, uint64_t to) {
-    size_t a = from > bstart ? (from - bstart) / 1'000'000 : 0;
-    size_t b = to > bstart ? (to - bstart) / 1'000'000 : 0;
-    double bytes = 0;
-    for (size_t k = a; k < b && k < bins.size(); ++k) bytes += bins[k];
-    return b > a ? bytes / ((b - a) * 1e-3) / 1e9 : 0.0;
-  };
-  if (r.has_lat) {
-    r.bulk_gbps = rate(lstart + 100'000'000, lstop);
-    r.after_gbps = rate(lstop, lstop + 10'000'000);
-  } else {
-    r.bulk_gbps = rate(bstart + 100'000'000, bstart + (bins.size() - 40) * 1'000'000);
+  for (const Bins& b : peers) {
+    double during, after = 0;
+    if (r.has_lat) {
+      during = b.rate(lstart + 100'000'000, lstop);
+      after = b.rate(lstop, lstop + 10'000'000);
+    } else {
+      const size_t end = b.bytes.size() > 40 ? b.bytes.size() - 40 : 0;
+      during = b.rate(b.start + 100'000'000, b.start + end * 1'000'000);
+    }
+    r.peer_gbps.push_back(during);
+    r.bulk_gbps += during;
+    r.after_gbps += after;
   }
   return r;
 }
@@ -236,6 +288,9 @@ void print(const char* name, const Result& r) {
   printf("case=%s", name);
   if (r.has_lat) printf(" lat_p50_us=%.2f lat_p99_us=%.2f lat_p999_us=%.2f", r.p50, r.p99, r.p999);
   if (r.has_bulk) printf(" bulk_gbps=%.3f", r.bulk_gbps);
+  if (r.peer_gbps.size() == 2) {
+    printf(" bulk_shared_gbps=%.3f bulk_other_gbps=%.3f", r.peer_gbps[0], r.peer_gbps[1]);
+  }
   if (r.has_bulk && r.has_lat) printf(" bulk_after_gbps=%.3f", r.after_gbps);
   printf("\n");
   fflush(stdout);
@@ -245,8 +300,12 @@ void print(const char* name, const Result& r) {
 
 int main(int argc, char** argv) {
   if (argc == 7 && std::string(argv[1]) == "--client") {
-    return client_main(argv[2], static_cast<lt_node_t>(atoi(argv[3])), argv[4], atof(argv[5]),
-                       strtoull(argv[6], nullptr, 10));
+    std::vector<lt_node_t> servers;  // "A" or "A,B"
+    std::istringstream ids(argv[3]);
+    for (std::string id; std::getline(ids, id, ',');) {
+      servers.push_back(static_cast<lt_node_t>(atoi(id.c_str())));
+    }
+    return client_main(argv[2], servers, argv[4], atof(argv[5]), strtoull(argv[6], nullptr, 10));
   }
   if (argc == 3 && std::string(argv[1]) == "--server") {
     lt_engine_t* e = join(argv[2]);
@@ -262,16 +321,36 @@ int main(int argc, char** argv) {
   std::string mode = "procs";
   double seconds = 2;
   uint64_t period_us = 100;
+  std::string host_ip = "127.0.0.1";
+  std::vector<std::pair<std::string, std::string>> netns;  // (namespace, address) per server
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--mode") mode = argv[i + 1];
     if (a == "--seconds") seconds = atof(argv[i + 1]);
     if (a == "--period-us") period_us = strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--host-ip") host_ip = argv[i + 1];
+    if (a == "--netns") {
+      std::istringstream list(argv[i + 1]);
+      for (std::string item; std::getline(list, item, ',');) {
+        const size_t at = item.find('@');
+        if (at == std::string::npos) {
+          fprintf(stderr, "qos_isolation: --netns takes NS@IP,NS@IP, not '%s'\n", item.c_str());
+          return 2;
+        }
+        netns.emplace_back(item.substr(0, at), item.substr(at + 1));
+      }
+    }
   }
   signal(SIGPIPE, SIG_IGN);
-  ltier::LocalManager manager("qos-bench");
+  ltier::ManagerOptions mo;
+  mo.listen = host_ip + ":0";
+  mo.secret = "qos-bench";
+  ltier::Manager manager(mo);
   if (int rc = manager.start(); rc != 0) die("manager", rc);
+  std::atomic<bool> stop_manager{false};
+  std::thread manager_thread([&] { manager.run(stop_manager); });
   const std::string maddr = manager.address();
+  const std::string host_env = "QOS_BENCH_IP=" + host_ip;
 
   // QoS on: two classes, two tenants; QoS off: no classes. Each run has its
   // own host board.
@@ -286,11 +365,32 @@ int main(int argc, char** argv) {
   std::ofstream(off) << "qos: {}\n";
   const std::string board = "LTIER_QOS_BOARD=ltier-qos-bench-" + std::to_string(getpid());
 
-  int server_in = -1;
-  Child server = spawn({"--server", maddr}, {}, true, &server_in);
-  char line[64] = {};
-  if (!fgets(line, sizeof(line), server.out)) die("server", -LT_ERR_INTERNAL);
-  const std::string sid = std::to_string(atoi(line + 6));
+  const int nservers = mode == "peers" ? 2 : 1;
+  if (mode != "procs" && mode != "threads" && mode != "peers") {
+    fprintf(stderr, "qos_isolation: --mode is procs, threads or peers, not '%s'\n", mode.c_str());
+    return 2;
+  }
+  if (!netns.empty() && netns.size() != static_cast<size_t>(nservers)) {
+    fprintf(stderr, "qos_isolation: --netns names %d namespace(s) for this mode\n", nservers);
+    return 2;
+  }
+  // One server node; two in `peers` mode (the latency tenant's first).
+  std::vector<Child> servers;
+  std::vector<int> server_ins;
+  std::string sid;
+  for (int i = 0; i < nservers; ++i) {
+    int in = -1;
+    if (netns.empty()) {
+      servers.push_back(spawn({"--server", maddr}, {host_env}, true, &in));
+    } else {
+      servers.push_back(spawn({"--server", maddr}, {"QOS_BENCH_IP=" + netns[i].second}, true, &in,
+                              netns[i].first));
+    }
+    server_ins.push_back(in);
+    char line[64] = {};
+    if (!fgets(line, sizeof(line), servers.back().out)) die("server", -LT_ERR_INTERNAL);
+    sid += (sid.empty() ? "" : ",") + std::to_string(atoi(line + 6));
+  }
   const std::string secs = std::to_string(seconds), period = std::to_string(period_us);
 
   auto run = [&](const char* name, bool lat, bool bulk, bool qos) {
@@ -298,18 +398,18 @@ int main(int argc, char** argv) {
     std::string out;
     if (mode == "threads" && lat && bulk) {
       Child c = spawn({"--client", maddr, sid, "both", secs, period},
-                      {cfg, board, "LTIER_TENANT=app"}, false, nullptr);
+                      {cfg, board, host_env, "LTIER_TENANT=app"}, false, nullptr);
       out = read_all(c);
     } else {
       std::vector<Child> cs;
       if (bulk) {
         cs.push_back(spawn({"--client", maddr, sid, "bulk", secs, period},
-                           {cfg, board, "LTIER_TENANT=bulk"}, false, nullptr));
+                           {cfg, board, host_env, "LTIER_TENANT=bulk"}, false, nullptr));
         usleep(50'000);
       }
       if (lat) {
         cs.push_back(spawn({"--client", maddr, sid, "lat", secs, period},
-                           {cfg, board, "LTIER_TENANT=lat"}, false, nullptr));
+                           {cfg, board, host_env, "LTIER_TENANT=lat"}, false, nullptr));
       }
       for (auto& c : cs) out += read_all(c);
     }
@@ -319,8 +419,10 @@ int main(int argc, char** argv) {
   run("bulk_alone", false, true, true);
   run("both_qos_off", true, true, false);
   run("both_qos_on", true, true, true);
-  close(server_in);
-  read_all(server);
+  for (int in : server_ins) close(in);
+  for (auto& server : servers) read_all(server);
+  stop_manager.store(true);
+  manager_thread.join();
   std::remove(on.c_str());
   std::remove(off.c_str());
   shm_unlink(("/" + board.substr(board.find('=') + 1)).c_str());
