@@ -5,7 +5,7 @@
 // asserts nothing.
 //
 //   qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]
-//                 [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
+//                 [--target-rtt auto|DURATION] [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
 //
 // `peers` adds a second server node: the latency tenant calls the first,
 // and the bulk tenant writes to both at once (a thread each), which shows
@@ -322,6 +322,7 @@ int main(int argc, char** argv) {
   double seconds = 2;
   uint64_t period_us = 100;
   std::string host_ip = "127.0.0.1";
+  std::string target_rtt = "auto";  // the latency class's (a duration, or auto)
   std::vector<std::pair<std::string, std::string>> netns;  // (namespace, address) per server
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -329,6 +330,7 @@ int main(int argc, char** argv) {
     if (a == "--seconds") seconds = atof(argv[i + 1]);
     if (a == "--period-us") period_us = strtoull(argv[i + 1], nullptr, 10);
     if (a == "--host-ip") host_ip = argv[i + 1];
+    if (a == "--target-rtt") target_rtt = argv[i + 1];
     if (a == "--netns") {
       std::istringstream list(argv[i + 1]);
       for (std::string item; std::getline(list, item, ',');) {
@@ -358,7 +360,8 @@ int main(int argc, char** argv) {
   const std::string on = dir + "/qos_isolation_on_" + std::to_string(getpid()) + ".yaml";
   const std::string off = dir + "/qos_isolation_off_" + std::to_string(getpid()) + ".yaml";
   std::ofstream(on)
-      << "qos:\n  classes:\n    - {name: latency, priority: 0}\n"
+      << "qos:\n  classes:\n    - {name: latency, priority: 0, target_rtt: " << target_rtt
+      << "}\n"
          "    - {name: bulk, priority: 1}\n  tenants:\n"
          "    - {name: lat, classes: [latency]}\n    - {name: bulk, classes: [bulk]}\n"
          "    - {name: app, classes: [latency, bulk], default_class: bulk}\n";

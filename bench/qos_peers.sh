@@ -7,18 +7,20 @@
 # stream to the other node alone. Needs root (ip netns, tc).
 #
 #   bench/qos_peers.sh [--build DIR] [--rate RATE] [--rounds N] [--seconds S]
+#                      [--target-rtt auto|DURATION]
 #
 # RATE is tc's (default 2gbit). Prints qos_isolation's lines, prefixed by
 # the round. Transport: tcp, so every byte to a server crosses its link
 # (the namespaces share this host's memory, and shm would go around it).
 set -u -o pipefail
-BUILD=build RATE=2gbit ROUNDS=1 SECONDS_=2
+BUILD=build RATE=2gbit ROUNDS=1 SECONDS_=2 TARGET=auto
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) BUILD=$2 ;;
     --rate) RATE=$2 ;;
     --rounds) ROUNDS=$2 ;;
     --seconds) SECONDS_=$2 ;;
+    --target-rtt) TARGET=$2 ;;
     *) echo "qos_peers.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -51,6 +53,7 @@ done
 tc qdisc add dev "lq${TAG}a0" root tbf rate "$RATE" burst 256kb latency 4ms
 set +e
 for r in $(seq 1 "$ROUNDS"); do
-  LTIER_TRANSPORTS=tcp "$BENCH" --mode peers --seconds "$SECONDS_" --host-ip "${NET}254" \
+  LTIER_TRANSPORTS=tcp "$BENCH" --mode peers --seconds "$SECONDS_" --target-rtt "$TARGET" \
+    --host-ip "${NET}254" \
     --netns "${NS[0]}@${NET}1,${NS[1]}@${NET}2" | sed "s/^/round=$r /"
 done

@@ -26,11 +26,7 @@ struct Lane {
   transport::NodeId peer = 0;  // 0: free
   RateControl rc;
   uint64_t interval_bytes = 0;  // admitted to this peer in the current interval
-  // When the class last used the path: admitted an op to the peer, waited
-  // for this lane's tokens, or saw an op to the peer complete. A throttled
-  // lane admits rarely, so admissions alone would make a path in use look
-  // quiet and its congestion look like the host's.
-  uint64_t last_used = 0;
+  uint64_t last_used = 0;       // when the class last admitted an op to it
 };
 
 class PeerLanes {
@@ -60,9 +56,6 @@ class PeerLanes {
   }
 
   /// The lane of `peer`, or null.
-  Lane* find(transport::NodeId peer) {
-    return const_cast<Lane*>(static_cast<const PeerLanes*>(this)->find(peer));
-  }
   const Lane* find(transport::NodeId peer) const {
     for (uint32_t i = 0; i < kLanes; ++i) {
       if (ids_[i] == peer && peer != 0) return &lanes_[i];

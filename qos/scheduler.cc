@@ -209,9 +209,9 @@ Status Scheduler::pace(uint64_t bytes, Deadline d, Ticket* t) {
       if (lane != nullptr) {
         lane->rc.spend(cost);
         lane->interval_bytes += cost;
+        lane->last_used = now;
       }
     }
-    if (lane != nullptr) lane->last_used = now;  // admitted or waiting: the path is in use
     k.mu.unlock();
     if (wait == 0) break;
     if (!counted_wait) {
@@ -253,7 +253,6 @@ void Scheduler::on_complete(const Ticket& t, uint64_t now) {
   const uint64_t target = k.target_from(own != nullptr ? *own : k.base);
   k.interval_done = true;
   if (target != 0 && rtt > target) k.interval_over.add(t.peer);
-  if (Lane* lane = t.peer != 0 ? k.lanes.find(t.peer) : nullptr) lane->last_used = now;
   k.mu.unlock();
   maybe_tick(now);
 }
