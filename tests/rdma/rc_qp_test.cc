@@ -104,6 +104,32 @@ TEST_F(RcPair, AtomicsReturnTheOldValue) {
   EXPECT_EQ(qa_->fetch_add(4, *a_, 3, b_->addr(), b_->rkey(), 1).code(), Code::kAlign);
 }
 
+// The send CQ grows with the QPs (VerbsTransport::count_qp): completions it
+// holds when it grows are all still there after, and a size beyond the
+// device's is refused with the limit named.
+TEST_F(RcPair, TheSendCqGrowsKeepingItsCompletions) {
+  const uint32_t before = dev_->cq_entries();
+  constexpr uint64_t kWrites = 32;
+  for (uint64_t i = 0; i < kWrites; ++i) {
+    a_mem_[i] = static_cast<unsigned char>(i + 1);
+    ASSERT_TRUE(qa_->write(100 + i, *a_, i, b_->addr() + 1024 + i, b_->rkey(), 1).is_ok());
+  }
+  std::string why;
+  ASSERT_TRUE(dev_->grow_cq(before * 4, &why).is_ok()) << why;
+  EXPECT_GE(dev_->cq_entries(), before * 4);
+  for (uint64_t i = 0; i < kWrites; ++i) {
+    WorkCompletion c = await(100 + i);
+    ASSERT_TRUE(c.ok) << "write " << i << ": " << c.error;
+  }
+  EXPECT_EQ(std::memcmp(a_mem_.data(), b_mem_.data() + 1024, kWrites), 0);
+  ASSERT_GT(dev_->max_cqe(), 0u);
+  Status s = dev_->grow_cq(dev_->max_cqe() + 1, &why);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(why.find("allows"), std::string::npos) << why;
+  ASSERT_TRUE(qa_->write(1, *a_, 0, b_->addr(), b_->rkey(), 8).is_ok());  // still usable
+  EXPECT_TRUE(await(1).ok);
+}
+
 TEST_F(RcPair, BadAccessFailsTheOperationClearly) {
   // A wrong rkey: the responder refuses, the requester's QP reports it.
   ASSERT_TRUE(qa_->write(1, *a_, 0, b_->addr(), b_->rkey() ^ 0x1234, 64).is_ok());

@@ -28,7 +28,7 @@ Status VerbsTransport::open_loopback() {
     LT_WARN("rc: the loopback QP for atomics on this node's memory: %s", why.c_str());
     return responder.status();
   }
-  qps_.fetch_add(1);
+  count_qp();
   const QpAddress mine = (*ch)->qp().local();
   const QpAddress theirs = (*responder)->local();
   Status s = (*ch)->qp().connect(theirs, &why);

@@ -113,7 +113,7 @@ Result<std::unique_ptr<Channel>> VerbsTransport::make_channel(VerbsConn* conn) {
       return q.status();
     }
     qp = std::move(*q);
-    qps_.fetch_add(1);
+    count_qp();
   }
   auto ring = local_pools_->alloc(config_.send_ring_bytes);
   if (!ring) {
@@ -127,6 +127,37 @@ Result<std::unique_ptr<Channel>> VerbsTransport::make_channel(VerbsConn* conn) {
     return bounce.status();
   }
   return std::make_unique<Channel>(this, conn, std::move(qp), *ring, *bounce, config_.send_depth);
+}
+
+// One more QP. The send CQ grows (doubling) until every QP's send queue fits
+// in it at once, as far as the device allows; cq_room() keeps the posts in
+// flight within what it holds either way. Cold (QP creation), so holding
+// the send CQ's lock across the resize is fine: pollers try it and go on.
+void VerbsTransport::count_qp() {
+  const uint64_t qps = qps_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t margin = 2ull * config_.send_depth;
+  const uint64_t want = qps * config_.send_depth + margin;
+  if (want <= cq_limit_.load(std::memory_order_relaxed) + margin) return;
+  std::lock_guard<SpinLock> held(send_cq_mu_);
+  uint64_t entries = dev_->cq_entries();
+  if (cq_fixed_ || want <= entries) return;
+  while (entries < want) entries *= 2;
+  if (dev_->max_cqe() != 0) entries = std::min<uint64_t>(entries, dev_->max_cqe());
+  std::string why;
+  if (entries <= dev_->cq_entries() ||
+      !dev_->grow_cq(static_cast<uint32_t>(entries), &why).is_ok()) {
+    cq_fixed_ = true;
+    const std::string because = why.empty() ? "" : " (" + why + ")";
+    LT_INFO(
+        "rc: the send CQ stays at %u entries%s: at most %llu work requests in flight over "
+        "all QPs",
+        dev_->cq_entries(), because.c_str(),
+        static_cast<unsigned long long>(dev_->cq_entries() - margin));
+  }
+  if (!cq_fixed_)
+    LT_DEBUG("rc: send CQ grown to %u entries for %llu QPs", dev_->cq_entries(),
+             static_cast<unsigned long long>(qps));
+  cq_limit_.store(dev_->cq_entries() - margin, std::memory_order_relaxed);
 }
 
 // Keeps qps_per_peer QPs made ahead, so a new peer's first operation pays
@@ -143,7 +174,7 @@ void VerbsTransport::refill_spares() {
     std::string why;
     auto q = RcQp::create(*dev_, o, &why);
     if (!q) return;
-    qps_.fetch_add(1);
+    count_qp();
     std::lock_guard<std::mutex> g(spare_mu_);
     spare_.push_back(std::move(*q));
   }

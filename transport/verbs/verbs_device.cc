@@ -76,6 +76,23 @@ Result<std::unique_ptr<VerbsDevice>> VerbsDevice::open(const Choice& choice, uin
   return d;
 }
 
+uint32_t VerbsDevice::cq_entries() const { return static_cast<uint32_t>(cq_->cqe); }
+
+Status VerbsDevice::grow_cq(uint32_t entries, std::string* why) {
+  if (entries <= cq_entries()) return Status::ok();
+  if (max_cqe_ != 0 && entries > max_cqe_) {
+    *why = "the send CQ cannot grow to " + std::to_string(entries) + " entries on " +
+           where(choice_) + ": the device allows " + std::to_string(max_cqe_);
+    return Code::kNoMemory;
+  }
+  if (int rc = ibv_resize_cq(cq_, static_cast<int>(entries)); rc != 0) {
+    *why = "ibv_resize_cq to " + std::to_string(entries) + " entries on " + where(choice_) + ": " +
+           std::strerror(rc);
+    return Code::kUnsupported;
+  }
+  return Status::ok();
+}
+
 VerbsDevice::~VerbsDevice() {
   if (srq_ != nullptr) ibv_destroy_srq(srq_);
   if (recv_cq_ != nullptr) ibv_destroy_cq(recv_cq_);

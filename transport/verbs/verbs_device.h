@@ -58,6 +58,13 @@ class VerbsDevice {
   bool drain_events(bool* send_fired = nullptr);
   /// The largest CQ the device allows.
   uint32_t max_cqe() const { return max_cqe_; }
+  /// The send CQ's size now (the device may round a request up).
+  uint32_t cq_entries() const;
+  /// Makes the send CQ hold at least `entries` (ibv_resize_cq), keeping the
+  /// completions it holds. The caller keeps every other poller of the send
+  /// CQ out meanwhile. Refused (with the reason in *why) where the device
+  /// cannot resize, or beyond max_cqe().
+  Status grow_cq(uint32_t entries, std::string* why);
   /// The device's atomics are atomic with respect to the CPU's on the same
   /// memory (atomic_cap IBV_ATOMIC_GLOB); otherwise only with respect to
   /// other atomics through this device (IBV_ATOMIC_HCA).

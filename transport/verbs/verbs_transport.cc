@@ -89,14 +89,16 @@ Status VerbsTransport::open_device() {
     }
     return choice.status();
   }
-  const uint32_t cq = 16384;
+  // The send CQ starts small (a large one costs its creation time and its
+  // memory in every process) and grows with the QPs (count_qp).
+  const uint32_t cq = kFirstSendQueues * c.send_depth;
   auto dev = VerbsDevice::open(*choice, cq, &why, c.recv_buffers);
   if (!dev) {
     LT_ERROR("rc: %s", why.c_str());
     return dev.status();
   }
   dev_ = std::move(*dev);
-  cq_limit_ = cq - 2 * c.send_depth;
+  cq_limit_.store(dev_->cq_entries() - 2 * c.send_depth, std::memory_order_relaxed);
   pools_ = std::make_unique<MemPools>(*dev_, c.pool_bytes, choice->numa_node);
   // Send rings and bounce buffers: the first pool holds one peer's channels.
   local_pools_ =
@@ -179,7 +181,7 @@ Status VerbsTransport::init() {
     return probe.status();
   }
   caps_.max_inline = (*probe)->max_inline();
-  qps_.fetch_add(1);
+  count_qp();
   spare_.push_back(std::move(*probe));
   caps_.reliable = true;
   caps_.one_sided = true;

@@ -97,7 +97,9 @@ class VerbsTransport final : public Transport {
     return config_.rc_fault_after != 0 &&
            posts_seen_.fetch_add(1, std::memory_order_relaxed) + 1 == config_.rc_fault_after;
   }
-  bool cq_room() const { return posted_.load(std::memory_order_relaxed) < cq_limit_; }
+  bool cq_room() const {
+    return posted_.load(std::memory_order_relaxed) < cq_limit_.load(std::memory_order_relaxed);
+  }
   void count_posted(uint32_t n) { posted_.fetch_add(n, std::memory_order_relaxed); }
   void count_done(uint32_t n) { posted_.fetch_sub(n, std::memory_order_relaxed); }
   /// A message (SEND, or WRITE_WITH_IMM posted like one) is about to be
@@ -135,6 +137,7 @@ class VerbsTransport final : public Transport {
   void abandon(const std::shared_ptr<VerbsConn>& c);
   void add_channels(VerbsConn* c);
   void refill_spares();
+  void count_qp();
   Status open_loopback();  // loopback.cc
 
   // verbs_recv.cc: the receive path.
@@ -177,9 +180,10 @@ class VerbsTransport final : public Transport {
   std::atomic<uint64_t> msgs_out_{0};
   void arm_send();
   std::atomic<size_t> qps_{0};
-  std::atomic<uint64_t> posted_{0};  // work requests not yet completed, all QPs
-  uint64_t cq_limit_ = 0;
-  SpinGauge op_gauge_;  // floor verbs.spin_us, cap kMaxLearnedSpinNs
+  std::atomic<uint64_t> posted_{0};    // work requests not yet completed, all QPs
+  std::atomic<uint64_t> cq_limit_{0};  // posts in flight the send CQ has room for
+  bool cq_fixed_ = false;              // it cannot grow further (send_cq_mu_)
+  SpinGauge op_gauge_;                 // floor verbs.spin_us, cap kMaxLearnedSpinNs
   static constexpr uint64_t kMaxLearnedSpinNs = 500000;
 
   ConnTable<VerbsConn> conns_;
@@ -194,6 +198,7 @@ class VerbsTransport final : public Transport {
     uint16_t gen = 0;
   };
   static constexpr uint32_t kMaxChannels = 1u << 16;
+  static constexpr uint32_t kFirstSendQueues = 4;  // the send CQ's first size, in send queues
   std::unique_ptr<ChannelSlot[]> slots_{new ChannelSlot[kMaxChannels]};
   std::mutex slots_mu_;
   std::vector<uint32_t> free_slots_;
