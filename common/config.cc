@@ -157,10 +157,6 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"shm.eager_max_bytes", "LTIER_SHM_EAGER_MAX_BYTES",
        "LT_send over shm: messages up to this size go eagerly, larger ones by rendezvous", K::kU32,
        &c.shm.eager_max_bytes},
-      {"shm.spin_us", "LTIER_SHM_SPIN_US",
-       "shm: after polls have found nothing for this long, peers are asked to ring an eventfd "
-       "for new data (until then wait_fd stays readable and callers keep spinning)",
-       K::kU32, &c.shm.spin_us},
       {"shm.stage_bytes", "LTIER_SHM_STAGE_BYTES",
        "LT_send over shm: memory per engine where a rendezvous message is staged (the sender "
        "copies it there and completes; the receiver reads it straight into its buffer); "

@@ -48,7 +48,6 @@ struct ShmConfig {
   uint32_t ring_budget_bytes = 16u << 20;  // rings in use across a process's connections
   uint32_t max_msg_bytes = 64u << 20;      // largest message; above a quarter ring it is fragmented
   uint32_t eager_max_bytes = 64u << 10;    // messages above this go by rendezvous
-  uint32_t spin_us = 20;             // polls that find nothing this long arm the peers' wake-ups
   uint32_t stage_bytes = 64u << 20;  // rendezvous staging memory per engine; 0: pull by message
   uint32_t cma = 1;  // 1: single-copy rendezvous with process_vm_writev where allowed
 };

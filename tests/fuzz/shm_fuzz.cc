@@ -62,7 +62,6 @@ struct World {
     ShmConfig c;
     c.ring_bytes = kRing;
     c.max_msg_bytes = kMaxMsg;
-    c.spin_us = 0;  // arm at once: socket events are looked at on every poll
     c.stage_bytes = 0;
     t = std::make_unique<ShmTransport>(c);
     Status s = t->init();
@@ -111,8 +110,9 @@ class Producer {
     ring_ = seg_ + kCtrlBytes;  // ring 0: ours to write
     bell_a_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     bell_b_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    Hello hello{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello),
-                kPeer,     kRing,       kToken};
+    Hello hello{
+        kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello), kPeer, kRing, kToken, 0,
+        0};  // no kFlagLightFence: the transport keeps its locked fences
     int fds[3] = {memfd_.get(), bell_a_.get(), bell_b_.get()};
     iovec iov{&hello, sizeof(hello)};
     alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(fds))] = {};
@@ -187,6 +187,7 @@ struct Seen {
 void poll_once(size_t out_n, Seen* seen) {
   std::array<Completion, 8> cq;
   ShmTransport& t = *world().t;
+  t.woken();  // as after a sleep: socket events are looked at on every poll
   size_t n = t.poll(std::span<Completion>(cq.data(), out_n));
   for (size_t i = 0; i < n; ++i) {
     const Completion& c = cq[i];

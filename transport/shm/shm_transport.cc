@@ -34,6 +34,7 @@ Status ShmTransport::init() {
     return Code::kInvalidArg;
   }
   max_single_ = r / 4 - kRecHdr;
+  (void)AsymFence::available();  // registers now, off the first connection's path
   caps_.reliable = true;
   caps_.one_sided = true;
   caps_.rkey_checked = true;
@@ -270,26 +271,40 @@ void ShmTransport::trim_windows() {
 
 void ShmTransport::kick() { net::ring_eventfd(awake_fd_.get()); }
 
-// Going to sleep: ask every producer to ring our bell, then look once more
-// (our flag store and stamp load are seq_cst and the producer fences between
-// its stamp store and its flag load, so one of the two sides sees the other). Drain the awake fd
+// Going to sleep: ask every producer to ring our bell (and every consumer
+// we have a backlog for), then look once more. Our flag stores and the
+// loads after them are seq_cst; a peer publishes a record (or ring space)
+// and then loads the flag either behind a locked instruction or, on a
+// light_ connection, behind a compiler barrier that our heavy fence makes
+// a full one: so one of the two sides sees the other. Drain the awake fd
 // first, so that a kick() from a poster after armed_ is set is not lost.
 void ShmTransport::try_arm() {
   if (conns_.changed() || conns_.has_pending()) return;
   drain_fd(awake_fd_.get());
   armed_.store(true, std::memory_order_seq_cst);
   bool work = done_count_.load(std::memory_order_seq_cst) != 0;
-  for (auto& sp : conns_.snapshot()) {
+  const auto& list = conns_.snapshot();
+  for (auto& sp : list) {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
     aref(c->rx_ctrl_->want_data).store(1, std::memory_order_seq_cst);
-    if (c->rx_ready(std::memory_order_seq_cst) || c->hup_) {
-      work = true;
-    }
     if (c->has_backlog_.load(std::memory_order_seq_cst)) {
       aref(c->tx_ctrl_->want_space).store(1, std::memory_order_seq_cst);
-      if (c->flush_from_poller()) work = true;
     }
+  }
+  // We told every peer we would (kFlagLightFence), whether or not this
+  // connection's side of it is light yet.
+  if (AsymFence::available() && !AsymFence::heavy() && !fence_warned_) {
+    fence_warned_ = true;
+    LT_WARN(
+        "shm: membarrier refused after it worked: a peer may miss a wake-up until its next "
+        "poll");
+  }
+  for (auto& sp : list) {
+    ShmConn* c = sp.get();
+    if (c->closed_ || !c->mapped()) continue;
+    if (c->rx_ready(std::memory_order_seq_cst) || c->hup_) work = true;
+    if (c->has_backlog_.load(std::memory_order_seq_cst) && c->flush_from_poller()) work = true;
   }
   if (work) disarm();
 }
@@ -357,13 +372,14 @@ size_t ShmTransport::poll(std::span<Completion> out) {
     active = true;
   }
   // The clock (tens of ns on a VM) is read every kClockPolls-th poll: a
-  // caller spinning here polls far more often than the spin and event
-  // intervals need. While armed the poller sleeps between polls: read it.
+  // caller spinning here polls far more often than the event interval
+  // needs. A poll after a sleep (woken) reads it and looks at the events:
+  // a bell, a socket or the listener ended the sleep.
   uint64_t now = clock_ns_;
-  if (++polls_ % kClockPolls == 0 || now == 0 || armed_.load(std::memory_order_relaxed)) {
-    now = clock_ns_ = now_ns();
-  }
-  if (armed_.load(std::memory_order_relaxed) || now >= next_events_ns_) {
+  const bool woke = woke_.load(std::memory_order_relaxed);
+  if (++polls_ % kClockPolls == 0 || now == 0 || woke) now = clock_ns_ = now_ns();
+  if (woke || now >= next_events_ns_) {
+    if (woke) woke_.store(false, std::memory_order_relaxed);
     active |= handle_events(out, &n);
     next_events_ns_ = now + kEventCheckNs;
     if (now >= next_sweep_ns_) {
@@ -387,13 +403,7 @@ size_t ShmTransport::poll(std::span<Completion> out) {
   }
   if (++rr_ >= k) rr_ = 0;
   if (n > 0) active = true;
-  if (active) {
-    idle_since_ns_ = now;
-    if (armed_.load(std::memory_order_relaxed)) disarm();
-  } else if (!armed_.load(std::memory_order_relaxed) &&
-             now - idle_since_ns_ >= uint64_t{config_.spin_us} * 1000) {
-    try_arm();
-  }
+  if (active && armed_.load(std::memory_order_relaxed)) disarm();
   return n;
 }
 

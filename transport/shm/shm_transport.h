@@ -21,11 +21,12 @@
 //
 // Wake-ups: wait_fd() is an epoll set of the listening socket, every
 // connection's socket and its inbound bell, and an "awake" eventfd that is
-// kept readable while the transport is not armed. After shm.spin_us of polls
-// that found nothing, poll() arms: it sets want_data in every inbound ring
-// (and want_space where it has a backlog), re-checks the rings and drains the
+// kept readable while the transport is not armed. A poller about to sleep
+// arms (prepare_sleep): it sets want_data in every inbound ring (and
+// want_space where it has a backlog), re-checks the rings and drains the
 // awake fd. Producers ring a bell only when the flag is set, so a busy or
-// spinning receiver costs no system call per message.
+// spinning receiver costs no system call per message, and a caller that
+// spins costs its peers none either.
 //
 // One-sided ops are native: alloc_memory() memory lives in a memfd that peers
 // open through /proc/<pid>/fd/<n> (same uid) and map; post() then copies or
@@ -88,6 +89,8 @@ class ShmTransport final : public Transport {
   size_t poll(std::span<Completion> out) override;
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
+  void prepare_sleep() override { try_arm(); }
+  void woken() override { woke_.store(true, std::memory_order_relaxed); }
   TransportStats stats() const override {
     TransportStats s;
     s.connections = conns_.size();
@@ -144,13 +147,14 @@ class ShmTransport final : public Transport {
   std::atomic<uint64_t> malformed_{0};
   std::atomic<bool> armed_{false};
   std::atomic<bool> in_poll_{false};  // debug builds assert one poller at a time
+  std::atomic<bool> woke_{false};     // woken(): the next poll looks at the events
 
   ConnTable<ShmConn> conns_;
 
   // Poller-only state.
   size_t rr_ = 0;               // round-robin start in conns_.snapshot()
   std::vector<ShmConn*> lent_;  // rx lent out until release_rx
-  uint64_t idle_since_ns_ = 0;
+  bool fence_warned_ = false;
   uint64_t clock_ns_ = 0;  // the clock at the last poll that read it
   uint32_t polls_ = 0;
   uint64_t next_events_ns_ = 0;
