@@ -78,8 +78,6 @@ inline bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 // A connection's stamp salt: random, bit 63 set (a stamp is never a small
 // number that payload bytes or an earlier lap would likely hold).
 inline uint64_t new_salt() { return random_u64() | (uint64_t{1} << 63); }
-// What this process tells its peers in the segment or the ack.
-inline uint32_t my_flags() { return AsymFence::available() ? kFlagLightFence : 0; }
 
 inline void drain_fd(int fd) {
   uint64_t v;

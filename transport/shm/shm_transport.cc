@@ -34,7 +34,8 @@ Status ShmTransport::init() {
     return Code::kInvalidArg;
   }
   max_single_ = r / 4 - kRecHdr;
-  (void)AsymFence::available();  // registers now, off the first connection's path
+  // Registers now, off the first connection's path.
+  if (config_.light_fence != 0 && AsymFence::available()) flags_ = kFlagLightFence;
   caps_.reliable = true;
   caps_.one_sided = true;
   caps_.rkey_checked = true;
@@ -294,7 +295,7 @@ void ShmTransport::try_arm() {
   }
   // We told every peer we would (kFlagLightFence), whether or not this
   // connection's side of it is light yet.
-  if (AsymFence::available() && !AsymFence::heavy() && !fence_warned_) {
+  if ((flags_ & kFlagLightFence) != 0 && !AsymFence::heavy() && !fence_warned_) {
     fence_warned_ = true;
     LT_WARN(
         "shm: membarrier refused after it worked: a peer may miss a wake-up until its next "

@@ -132,6 +132,7 @@ class ShmTransport final : public Transport {
   net::Fd epfd_;
   net::Fd awake_fd_;  // readable while not armed
   dev_t memfd_dev_ = 0;
+  uint32_t flags_ = 0;       // kFlag* this process states to its peers (set by init)
   uint64_t max_single_ = 0;  // largest payload sent as one record
   // A connection's ring window while `conns` connections share
   // shm.ring_budget_bytes: the budget's share, a power of two in
