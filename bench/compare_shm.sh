@@ -140,6 +140,8 @@ phase_ucx() {
   ucx_run "$d/ucp_put_lat_8" ucp_put_lat 8 "$ITERS"
   ucx_run "$d/ucp_fadd_8" ucp_fadd 8 "$ITERS"
   ucx_run "$d/tag_bw_8" tag_bw 8 $((ITERS * 5))
+  # ltier is always thread-safe; ucx_perftest's default worker is not (-M single)
+  ucx_run "$d/tag_bw_mt_8" tag_bw 8 $((ITERS * 5)) -M multi
   ucx_run "$d/tag_bw_1048576" tag_bw 1048576 "$(big_iters)"
   ucx_run "$d/ucp_put_bw_1048576" ucp_put_bw 1048576 "$(big_iters)"
 }
@@ -344,11 +346,16 @@ md += ["### Bandwidth (MB/s)", "",
 r32 = med(("ltier", "rate", "rpc_w32", 8, "calls_per_s"))
 s8 = B("ltier", "send", 8, "msgs_per_s")
 u8 = B("ucx", "tag_bw", 8, "msgs_per_s")
-md += ["### Message rate, 8 B (per second)", ""]
-md += table(["what", "per second", "vs UCX tag_bw"],
-            [["ltier LT_send streaming", fmt(s8), ratio(s8, u8)],
-             ["ltier RPC, 32 outstanding", fmt(r32), ratio(r32, u8)],
-             ["UCX tag_bw", fmt(u8), "1.00x"]]) + [""]
+u8m = B("ucx", "tag_bw_mt", 8, "msgs_per_s")
+md += ["### Message rate, 8 B (per second)", "",
+       "ltier's engine is always thread-safe (any thread may call, one polls at a time); "
+       "ucx_perftest's worker is single-threaded unless `-M multi`, which the last row uses "
+       "(the thread-safe worker a multi-threaded UCX application gets).", ""]
+md += table(["what", "per second", "vs UCX tag_bw", "vs UCX tag_bw -M multi"],
+            [["ltier LT_send streaming", fmt(s8), ratio(s8, u8), ratio(s8, u8m)],
+             ["ltier RPC, 32 outstanding", fmt(r32), ratio(r32, u8), ratio(r32, u8m)],
+             ["UCX tag_bw", fmt(u8), "1.00x", ratio(u8, u8m)],
+             ["UCX tag_bw -M multi", fmt(u8m), ratio(u8m, u8), "1.00x"]]) + [""]
 if "hog" in {r for v in data.values() for r in v}:
     md += ["### With a CPU hog on core 0 (8 B, one-way µs)", "",
            "The mean is over the whole run, stalls included; ucx_perftest's percentiles "

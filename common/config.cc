@@ -157,12 +157,6 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"shm.eager_max_bytes", "LTIER_SHM_EAGER_MAX_BYTES",
        "LT_send over shm: messages up to this size go eagerly, larger ones by rendezvous", K::kU32,
        &c.shm.eager_max_bytes},
-      {"shm.light_fence", "LTIER_SHM_LIGHT_FENCE",
-       "shm: 1 publishes messages behind a compiler barrier and has a poller that goes to sleep "
-       "call membarrier() (an interrupt on the CPUs running ltier processes) where the kernel "
-       "and both peers allow; 0 keeps a locked instruction per publish and sends no interrupts "
-       "(isolated or real-time cores)",
-       K::kU32, &c.shm.light_fence},
       {"shm.stage_bytes", "LTIER_SHM_STAGE_BYTES",
        "LT_send over shm: memory per engine where a rendezvous message is staged (the sender "
        "copies it there and completes; the receiver reads it straight into its buffer); "

@@ -49,7 +49,6 @@ struct ShmConfig {
   uint32_t max_msg_bytes = 64u << 20;      // largest message; above a quarter ring it is fragmented
   uint32_t eager_max_bytes = 64u << 10;    // messages above this go by rendezvous
   uint32_t stage_bytes = 64u << 20;  // rendezvous staging memory per engine; 0: pull by message
-  uint32_t light_fence = 1;          // 1: publish behind a compiler barrier, membarrier when arming
   uint32_t cma = 1;  // 1: single-copy rendezvous with process_vm_writev where allowed
 };
 

@@ -110,9 +110,8 @@ class Producer {
     ring_ = seg_ + kCtrlBytes;  // ring 0: ours to write
     bell_a_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     bell_b_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    Hello hello{
-        kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello), kPeer, kRing, kToken, 0,
-        0};  // no kFlagLightFence: the transport keeps its locked fences
+    Hello hello{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello),
+                kPeer,     kRing,       kToken};
     int fds[3] = {memfd_.get(), bell_a_.get(), bell_b_.get()};
     iovec iov{&hello, sizeof(hello)};
     alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(fds))] = {};

@@ -24,7 +24,6 @@
 #include <string>
 #include <vector>
 
-#include "common/asym_fence.h"
 #include "common/cpu_hint.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -304,24 +303,14 @@ class ShmConn {
     return stamp_at(rx_ring_, rx_pos_ & mask_).load(mo) == stamp_of(rx_pos_);
   }
 
-  // Poller: hands consumed ring bytes back to the producer. The store of
-  // tail and the load of want_space pair with the producer's store of
-  // want_space and load of tail when it sleeps with a backlog (try_arm):
-  // fenced here, or by the producer's heavy fence (light_).
+  // Poller: hands consumed ring bytes back to the producer.
   void publish_tail() {
     if (rx_pos_ == rx_released_) return;
     rx_released_ = rx_pos_;
+    aref(rx_ctrl_->tail).store(rx_pos_, std::memory_order_seq_cst);
     uint32_t& w = rx_ctrl_->want_space;
-    bool asked;
-    if (light_.load(std::memory_order_relaxed)) {
-      aref(rx_ctrl_->tail).store(rx_pos_, std::memory_order_release);
-      AsymFence::light();
-      asked = aref(w).load(std::memory_order_relaxed) != 0;
-    } else {
-      aref(rx_ctrl_->tail).store(rx_pos_, std::memory_order_seq_cst);
-      asked = aref(w).load(std::memory_order_seq_cst) != 0;
-    }
-    if (asked && aref(w).exchange(0, std::memory_order_seq_cst) != 0) {
+    if (aref(w).load(std::memory_order_seq_cst) != 0 &&
+        aref(w).exchange(0, std::memory_order_seq_cst) != 0) {
       net::ring_eventfd(peer_bell_.get());
     }
   }
@@ -347,12 +336,6 @@ class ShmConn {
   std::byte* tx_ring_ = nullptr;
   std::byte* rx_ring_ = nullptr;
   net::Fd my_bell_, peer_bell_;
-
-  // Both sides set kFlagLightFence (the acceptor learns it from the segment,
-  // the connector from the ack): records and ring space are published
-  // behind a compiler barrier, the other side's heavy fence orders them.
-  // Until then, and for good without it, behind a locked instruction.
-  std::atomic<bool> light_{false};
 
   // Poller-only.
   bool hello_done_;
@@ -405,28 +388,18 @@ class ShmConn {
     return bell;
   }
   // The records are out (each by its stamp); true when the consumer asked
-  // for a bell. The last stamp's store, then the load of want_data, pair
-  // with the consumer's store of want_data and load of the next stamp
-  // (try_arm): one side sees the other. With light_, a compiler barrier
-  // here and the consumer's heavy fence when it asks; else a seq_cst
-  // read-modify-write of the last stamp (its value unchanged) and a seq_cst
-  // load. (Not a fence: gcc refuses those under TSan, and a locked
-  // instruction costs less than mfence here.) The locked instruction was a
-  // quarter of an 8 B streaming sender's time: it waits for the record's
-  // cache lines, which the spinning consumer keeps reading.
+  // for a bell. A seq_cst read-modify-write of the last stamp (its value
+  // unchanged), then a seq_cst load of want_data, pair with the consumer's
+  // seq_cst store of want_data and load of the next stamp (try_arm): one
+  // side sees the other. (Not a fence: gcc refuses those under TSan, and a
+  // locked instruction costs less than mfence here.)
   bool publish_locked() {
     if (tx_head_ == tx_published_) return false;
     tx_published_ = tx_head_;
+    stamp_at(tx_ring_, last_idx_).fetch_or(0, std::memory_order_seq_cst);
     uint32_t& w = tx_ctrl_->want_data;
-    bool asked;
-    if (light_.load(std::memory_order_relaxed)) {
-      AsymFence::light();
-      asked = aref(w).load(std::memory_order_relaxed) != 0;
-    } else {
-      stamp_at(tx_ring_, last_idx_).fetch_or(0, std::memory_order_seq_cst);
-      asked = aref(w).load(std::memory_order_seq_cst) != 0;
-    }
-    return asked && aref(w).exchange(0, std::memory_order_seq_cst) != 0;
+    return aref(w).load(std::memory_order_seq_cst) != 0 &&
+           aref(w).exchange(0, std::memory_order_seq_cst) != 0;
   }
   // Widens the window for a record of `rec` bytes so that four of them fit,
   // as in a whole ring (max_rec_ is a quarter of it).

@@ -26,14 +26,8 @@ Result<std::unique_ptr<Endpoint>> ShmTransport::connect(const PeerInfo& peer, De
   auto conn = std::make_shared<ShmConn>(this, std::move(sock.value()), peer.node, true, pid);
   conn->attach(seg->mem, seg->len, r, seg->salt, std::move(my_bell), std::move(peer_bell));
 
-  Hello hello{kSegMagic,
-              kSegVersion,
-              static_cast<uint16_t>(HelloKind::kHello),
-              self,
-              r,
-              token_.load(std::memory_order_acquire),
-              flags_,
-              0};
+  Hello hello{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello),
+              self,      r,           token_.load(std::memory_order_acquire)};
   int fds[3] = {seg->memfd.get(), conn->my_bell_.get(), conn->peer_bell_.get()};
   if (!send_packet(conn->sock_.get(), &hello, sizeof(hello), fds, 3)) {
     LT_DEBUG("shm: hello to node %u: %s", peer.node, strerror(errno));
@@ -117,7 +111,6 @@ Result<ShmTransport::NewSegment> ShmTransport::new_segment(NodeId peer) {
   h.version = kSegVersion;
   h.ring_bytes = r;
   h.salt = out.salt = new_salt();
-  h.flags = flags_;
   std::memcpy(out.mem, &h, sizeof(h));
   auto* ctrl = reinterpret_cast<RingCtrl*>(out.mem + sizeof(SegHeader));
   for (int i = 0; i < 2; ++i) {
@@ -182,11 +175,9 @@ bool ShmTransport::handle_hello(ShmConn* c, const void* body, size_t len,
     return false;
   }
   c->attach(seg, seg_len, r, sh.salt, std::move((*fds)[2]), std::move((*fds)[1]));
-  c->light_.store(((sh.flags & flags_) & kFlagLightFence) != 0, std::memory_order_relaxed);
   uint64_t tag = reinterpret_cast<uintptr_t>(c);
   if (!add_to_epoll(c->my_bell_.get(), tag | kBellBit).is_ok()) return false;
-  Hello ack{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kAck), self, 0, token, flags_,
-            0};
+  Hello ack{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kAck), self, 0, token};
   if (!send_packet(c->sock_.get(), &ack, sizeof(ack), nullptr, 0)) return false;
   c->peer_.store(h.node);
   c->hello_done_ = true;
@@ -223,10 +214,6 @@ void ShmTransport::on_socket(ShmConn* c, uint32_t events, std::span<Completion> 
            h.kind == static_cast<uint16_t>(HelloKind::kAck) && h.node == c->peer_.load() &&
            h.cluster_token == token_.load(std::memory_order_acquire);
       c->ack_done_ = ok;
-      // From here on the acceptor asks for bells behind its heavy fence.
-      if (ok && ((h.flags & flags_) & kFlagLightFence) != 0) {
-        c->light_.store(true, std::memory_order_relaxed);
-      }
     }
     if (!ok) {
       malformed_.fetch_add(1, std::memory_order_relaxed);

@@ -37,7 +37,7 @@
 namespace lt::transport::shm {
 
 inline constexpr uint32_t kSegMagic = 0x6d73746c;  // "ltsm"
-inline constexpr uint16_t kSegVersion = 3;
+inline constexpr uint16_t kSegVersion = 2;
 inline constexpr size_t kCtrlBytes = 4096;
 inline constexpr size_t kRecAlign = 64;
 inline constexpr uint32_t kMinRingBytes = 4096;
@@ -50,17 +50,11 @@ struct SegHeader {
   uint16_t version;     // kSegVersion
   uint16_t reserved;    // zero
   uint32_t ring_bytes;  // R: bytes of each ring, a power of two
-  uint32_t flags;       // the connector's kFlag* bits
+  uint32_t reserved2;   // zero
   uint64_t salt;        // stamps are position ^ salt; random, bit 63 set
   uint8_t pad[40];
 };
 static_assert(sizeof(SegHeader) == 64);
-
-/// A side that sets this calls AsymFence::heavy() whenever it asks for a
-/// bell, and is registered for the other side's: on a connection where both
-/// set it, neither pays a locked instruction when it publishes records or
-/// ring space (common/asym_fence.h).
-inline constexpr uint32_t kFlagLightFence = 1;
 
 /// Control words of one ring, each written by one side on its own cache line.
 struct RingCtrl {
@@ -113,10 +107,8 @@ struct Hello {
   uint32_t node;           // the sender's node id
   uint32_t ring_bytes;     // hello: R of the segment; ack: 0
   uint64_t cluster_token;  // the token from ltier-manager
-  uint32_t flags;          // ack: the acceptor's kFlag* bits; hello: as in the segment
-  uint32_t reserved;       // zero
 };
-static_assert(sizeof(Hello) == 32);
+static_assert(sizeof(Hello) == 24);
 
 template <typename T>
 inline std::atomic_ref<T> aref(T& v) {

@@ -34,8 +34,6 @@ Status ShmTransport::init() {
     return Code::kInvalidArg;
   }
   max_single_ = r / 4 - kRecHdr;
-  // Registers now, off the first connection's path.
-  if (config_.light_fence != 0 && AsymFence::available()) flags_ = kFlagLightFence;
   caps_.reliable = true;
   caps_.one_sided = true;
   caps_.rkey_checked = true;
@@ -272,40 +270,27 @@ void ShmTransport::trim_windows() {
 
 void ShmTransport::kick() { net::ring_eventfd(awake_fd_.get()); }
 
-// Going to sleep: ask every producer to ring our bell (and every consumer
-// we have a backlog for), then look once more. Our flag stores and the
-// loads after them are seq_cst; a peer publishes a record (or ring space)
-// and then loads the flag either behind a locked instruction or, on a
-// light_ connection, behind a compiler barrier that our heavy fence makes
-// a full one: so one of the two sides sees the other. Drain the awake fd
-// first, so that a kick() from a poster after armed_ is set is not lost.
+// Going to sleep (prepare_sleep): ask every producer to ring our bell, then
+// look once more (our flag store and stamp load are seq_cst and the producer
+// fences between its stamp store and its flag load, so one of the two sides
+// sees the other). Drain the awake fd first, so that a kick() from a poster
+// after armed_ is set is not lost.
 void ShmTransport::try_arm() {
   if (conns_.changed() || conns_.has_pending()) return;
   drain_fd(awake_fd_.get());
   armed_.store(true, std::memory_order_seq_cst);
   bool work = done_count_.load(std::memory_order_seq_cst) != 0;
-  const auto& list = conns_.snapshot();
-  for (auto& sp : list) {
+  for (auto& sp : conns_.snapshot()) {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
     aref(c->rx_ctrl_->want_data).store(1, std::memory_order_seq_cst);
+    if (c->rx_ready(std::memory_order_seq_cst) || c->hup_) {
+      work = true;
+    }
     if (c->has_backlog_.load(std::memory_order_seq_cst)) {
       aref(c->tx_ctrl_->want_space).store(1, std::memory_order_seq_cst);
+      if (c->flush_from_poller()) work = true;
     }
-  }
-  // We told every peer we would (kFlagLightFence), whether or not this
-  // connection's side of it is light yet.
-  if ((flags_ & kFlagLightFence) != 0 && !AsymFence::heavy() && !fence_warned_) {
-    fence_warned_ = true;
-    LT_WARN(
-        "shm: membarrier refused after it worked: a peer may miss a wake-up until its next "
-        "poll");
-  }
-  for (auto& sp : list) {
-    ShmConn* c = sp.get();
-    if (c->closed_ || !c->mapped()) continue;
-    if (c->rx_ready(std::memory_order_seq_cst) || c->hup_) work = true;
-    if (c->has_backlog_.load(std::memory_order_seq_cst) && c->flush_from_poller()) work = true;
   }
   if (work) disarm();
 }

@@ -132,7 +132,6 @@ class ShmTransport final : public Transport {
   net::Fd epfd_;
   net::Fd awake_fd_;  // readable while not armed
   dev_t memfd_dev_ = 0;
-  uint32_t flags_ = 0;       // kFlag* this process states to its peers (set by init)
   uint64_t max_single_ = 0;  // largest payload sent as one record
   // A connection's ring window while `conns` connections share
   // shm.ring_budget_bytes: the budget's share, a power of two in
@@ -155,8 +154,7 @@ class ShmTransport final : public Transport {
   // Poller-only state.
   size_t rr_ = 0;               // round-robin start in conns_.snapshot()
   std::vector<ShmConn*> lent_;  // rx lent out until release_rx
-  bool fence_warned_ = false;
-  uint64_t clock_ns_ = 0;  // the clock at the last poll that read it
+  uint64_t clock_ns_ = 0;       // the clock at the last poll that read it
   uint32_t polls_ = 0;
   uint64_t next_events_ns_ = 0;
   uint64_t next_sweep_ns_ = 0;
