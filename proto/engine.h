@@ -412,7 +412,7 @@ class Engine {
                    size_t in_len, Status* s);
   bool reply_by_ring(NodeId to, int slot, const MsgHeader& rh, const std::byte* data, size_t n);
   void handle_ring(NodeId from, uint32_t imm);
-  void ring_done(NodeId from, uint64_t req_id);
+  void ring_done(NodeId from, uint64_t req_id, int hint = -1);
   std::span<std::byte> rpc_scratch();
   Result<ReqId> rpc_self(uint32_t func_id, const void* in, size_t in_len, void* out, size_t out_cap,
                          size_t* out_len);

@@ -208,7 +208,7 @@ void Engine::handle_ring(NodeId from, uint32_t imm) {
   note_cpu(from, h);
   if (reply) {
     complete(from, h, b);
-    ring_done(from, h.req_id);  // the reply is out of the slot now
+    ring_done(from, h.req_id, static_cast<int>(slot));  // the reply is out of the slot now
   } else {
     served_.store(served_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     serve_rpc(from, h, b, static_cast<int>(slot));
@@ -216,16 +216,24 @@ void Engine::handle_ring(NodeId from, uint32_t imm) {
 }
 
 // A reply to one of our calls came (by ring or message): its slot, if it
-// had one, is free again.
-void Engine::ring_done(NodeId from, uint64_t req_id) {
+// had one, is free again. `hint`: the slot a ring reply came in, tried
+// first; the others are read before one is exchanged, so a reply costs one
+// locked instruction and not one per slot.
+void Engine::ring_done(NodeId from, uint64_t req_id, int hint) {
   RingSide* o = rings_.find_out(from);
   if (o == nullptr || o->node.load(std::memory_order_acquire) != from) return;
-  for (uint32_t s = 0; s < kRingSlots; ++s) {
+  auto free_if_ours = [&](uint32_t s) {
     ReqId want = req_id;
-    if (o->slot_req[s].compare_exchange_strong(want, 0, std::memory_order_acq_rel)) {
-      o->give(static_cast<int>(s));
-      return;
+    if (o->slot_req[s].load(std::memory_order_relaxed) != req_id ||
+        !o->slot_req[s].compare_exchange_strong(want, 0, std::memory_order_acq_rel)) {
+      return false;
     }
+    o->give(static_cast<int>(s));
+    return true;
+  };
+  if (hint >= 0 && free_if_ours(static_cast<uint32_t>(hint))) return;
+  for (uint32_t s = 0; s < kRingSlots; ++s) {
+    if (free_if_ours(s)) return;
   }
 }
 

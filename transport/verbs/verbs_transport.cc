@@ -463,7 +463,8 @@ size_t VerbsTransport::poll(std::span<Completion> out) {
     }
     has_backlog_.store(!backlogged_.empty(), std::memory_order_release);
   }
-  if (has_broken_.exchange(false)) {
+  // Read first: an exchange on every poll is a locked instruction.
+  if (has_broken_.load(std::memory_order_relaxed) && has_broken_.exchange(false)) {
     std::vector<VerbsConn*> broken;
     for (auto& sp : conns_.snapshot()) {
       if (sp->broken_.load() && !sp->closed_.load()) broken.push_back(sp.get());
