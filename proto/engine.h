@@ -307,11 +307,8 @@ class Engine {
   Status wait_impl(ReqId id, Deadline d, Results* res);
   Status collect(Request* r, Results* res);  // a done request's status and results; frees it
   Status wait_or_cancel(ReqId id, Deadline d, Results* res);
-  // A spinner stops; unparks the progress thread if it will sleep. A wait
-  // that read the clock (`timed`) pushed the parked progress thread's alarm
-  // out when its spin began (keep_parked), off the path from a reply to the
-  // next call; a short one does it here, one end in 64 (it reads no clock).
-  void end_spin(bool will_sleep, bool timed);
+  // A spinner stops; unparks the progress thread if it will sleep.
+  void end_spin(bool will_sleep);
   // A caller whose spin ran out while the progress thread is parked sleeps
   // on the transports itself (become_poller, poll_asleep): the completion
   // that ends its wait wakes it directly, not the progress thread, which
@@ -319,9 +316,6 @@ class Engine {
   bool become_poller();
   bool poll_asleep(Request* r, Deadline d);
   void open_poller_set();
-  void keep_parked(uint64_t now) {
-    if (parked_.load(std::memory_order_relaxed)) park_timer_.extend(now);
-  }
 
   // ---- peers.cc: endpoints and the single post path
   // The endpoint to `p` into *out, which keeps it valid while it lives.

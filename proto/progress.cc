@@ -3,6 +3,7 @@
 // makes passes when no caller is waiting, then parks or sleeps.
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <functional>
@@ -98,6 +99,9 @@ class WaitSets {
 
 void Engine::progress_loop() {
   progress_tid_.store(std::this_thread::get_id(), std::memory_order_release);
+  // Timed parks may end up to kSlackNs late, so the kernel can fold their
+  // alarm into a timer interrupt that comes anyway (ParkTimer).
+  (void)prctl(PR_SET_TIMERSLACK, ParkTimer::kSlackNs, 0, 0, 0);
   std::vector<Membership::Event> events;
   WaitSets sets(transports_.all(), membership_->fd(), wake_fd_, park_timer_.fd(),
                 [&] { return on_manager_readable(&events); });
@@ -114,15 +118,16 @@ void Engine::progress_loop() {
   // calling: one whose wait ended within its spin since we last looked
   // (spin_ends_) is between two calls, outside wait() for its post.
   // Sleeping on the transports then would have every reply wake this
-  // thread as well as the caller polling for it. The park lasts until
-  // park_timer_'s alarm, which busy callers keep pushing out, so a
-  // ping-pong costs this thread no wake-up (each one lands on a core a
-  // spinner is using: over tcp one in eight round trips paid for one when
-  // parks were timed, and the 8 B p99 was 5x the p50). A caller that stops
-  // spinning to sleep unparks us through wake_fd_ (or, if it did so before
-  // we set parked_, tells us by sleeper_: seq_cst on both sides); one that
-  // just stops calling leaves us parked up to ParkTimer::kWindowNs: how long
-  // peers' requests may then wait for an idle engine.
+  // thread as well as the caller polling for it. The park lasts
+  // ParkTimer::kWindowNs (give or take its slack), then we look and park
+  // again while callers are still busy, without a poll while one spins: a
+  // ping-pong costs this thread a wake-up every millisecond or so and no
+  // caller sets a timer (ParkTimer says why; over tcp, callers that pushed
+  // an alarm out every 250 us made the 8 B p99 3.3x the p50). A caller that
+  // stops spinning to sleep unparks us through wake_fd_ (or, if it did so
+  // before we set parked_, tells us by sleeper_: seq_cst on both sides); one
+  // that just stops calling leaves us parked up to kWindowNs + kSlackNs: how
+  // long peers' requests may then wait for an idle engine.
   uint64_t spin_until = 0, next_manager_check = 0, next_collect = 0;
   // Whom a yield of this spin can help: the peer that sent last, when it
   // shares our CPU (its hint says so, or nothing tells), or a thread of this
@@ -137,10 +142,16 @@ void Engine::progress_loop() {
   uint32_t wakes_at_spin = t_wakes;
   uint64_t last_served = 0;
   uint64_t ends_seen = spin_ends_.load(std::memory_order_relaxed);
+  bool unparked = false;
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
     const uint32_t wakes_before = t_wakes;
-    bool did = progress();
+    // Back from a park while a caller spins: it polls for everyone, and a
+    // pass of ours now would take replies it is waiting for (and the core
+    // it needs) until a pass found nothing.
+    bool did = false;
+    if (!unparked || spinners_.load(std::memory_order_seq_cst) == 0) did = progress();
+    unparked = false;
     uint64_t now = now_ns();
     int hb = membership_->heartbeat(now);
     if (peers_.retired() != 0 && now >= next_collect) {
@@ -188,21 +199,17 @@ void Engine::progress_loop() {
       // hands the polling back when it ends (poll_asleep).
       park_timer_.drain();
       const bool untimed = spinners_.load(std::memory_order_seq_cst) == 0 && !calling && polled();
-      if (untimed) {
-        park_timer_.disarm();
-      } else {
-        park_timer_.arm(now);
-      }
       parked_.store(true, std::memory_order_seq_cst);
       // The poller may have ended before it could see us parked: then the
-      // alarm is ours to set (either it sees parked_ or we see poller_).
-      if (untimed && !polled()) park_timer_.arm(now);
+      // park is timed after all (either it sees parked_ or we see poller_).
+      const bool timed = !untimed || !polled();
       if (spinners_.load(std::memory_order_seq_cst) > 0 || polled() ||
           (calling && !sleeper_.exchange(false, std::memory_order_seq_cst))) {
         const uint64_t hb_ns = uint64_t{static_cast<uint32_t>(hb)} * 1000000ull;
-        sets.park(park_timer_.fd() >= 0 ? hb_ns : std::min(ParkTimer::kWindowNs, hb_ns));
+        sets.park(timed || park_timer_.fd() < 0 ? std::min(ParkTimer::kWindowNs, hb_ns) : hb_ns);
       }
       parked_.store(false, std::memory_order_relaxed);
+      unparked = true;
       continue;
     }
     if (now >= spin_until) {

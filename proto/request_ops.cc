@@ -53,14 +53,12 @@ void Engine::fail_requests_to(NodeId peer, Code c) {
 
 Status Engine::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
 
-void Engine::end_spin(bool will_sleep, bool timed) {
+void Engine::end_spin(bool will_sleep) {
   if (will_sleep) {
     sleeper_.store(true, std::memory_order_seq_cst);
   } else {
     // Only "it moved" matters to the progress thread: no locked increment.
-    const uint64_t ends = spin_ends_.load(std::memory_order_relaxed) + 1;
-    spin_ends_.store(ends, std::memory_order_relaxed);
-    if (!timed && ends % 64 == 0) keep_parked(now_ns());
+    spin_ends_.store(spin_ends_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   if (spinners_.fetch_sub(1, std::memory_order_seq_cst) == 1 && will_sleep &&
       parked_.load(std::memory_order_seq_cst)) {
@@ -141,7 +139,7 @@ bool Engine::poll_asleep(Request* r, Deadline d) {
     if (futex_sleepers_.load(std::memory_order_seq_cst) != 0) {
       net::ring_eventfd(wake_fd_);
     } else {
-      park_timer_.arm(now_ns());
+      park_timer_.arm();
     }
   }
   return sleeps;
@@ -170,14 +168,13 @@ Status Engine::wait_credits(uint32_t seen, Deadline d) {
   const uint64_t start = now_ns();
   const uint64_t spin_until = start + wait_gauge_.budget_ns();
   spinners_.fetch_add(1, std::memory_order_seq_cst);
-  keep_parked(start);
   while (credits_.epoch() == seen && now_ns() < spin_until) {
     if (!progress()) cpu_relax();
   }
   // Counted before end_spin may unpark the progress thread, which looks.
   const bool sleeps = credits_.epoch() == seen;
   if (sleeps) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  end_spin(sleeps, true);
+  end_spin(sleeps);
   if (!sleeps) return Status::ok();
   Status s = credits_.sleep_while(seen, d);
   futex_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
@@ -204,7 +201,6 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
       started = now;
       spin_until = now + wait_gauge_.budget_ns();
       pacer.start(now);
-      keep_parked(now);
       continue;
     }
     if (now >= spin_until + r->spin_extra_us.load(std::memory_order_relaxed) * 1000ull) break;
@@ -220,7 +216,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   const bool polls = !r->done() && become_poller();
   bool counted = !polls && !r->done();
   if (counted) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  end_spin(counted, started != 0);
+  end_spin(counted);
   if (polls) counted = poll_asleep(r, d);
   if (!counted && !r->done()) {  // the deadline passed as the poller left
     futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
