@@ -282,7 +282,10 @@ fi
   echo "command=$CMDLINE"
   echo "date=$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "nproc=$(nproc)"
-  echo "cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -n 1)"
+  # The model name alone does not tell VMs of one kind apart: family and model do.
+  echo "cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -n 1)" \
+    "(family $(sed -n 's/^cpu family[[:space:]]*: *//p' /proc/cpuinfo | head -n 1)" \
+    "model $(sed -n 's/^model[[:space:]]*: *//p' /proc/cpuinfo | head -n 1))"
   echo "kernel=$(uname -sr)"
   echo "ucx=$([[ -n $UCX_BIN ]] && ucx_info -v 2>/dev/null | sed -n '1s/^# *//p')"
   echo "rounds=$ROUNDS"
