@@ -27,7 +27,6 @@ set -u -o pipefail
 ROUNDS=${1:-3}
 ITERS=${2:-1000}
 MODE=${3:-lat}
-HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=${BUILD:-$(pwd)}
 PERF=$BUILD/tools/ltier-perf
 IP=${RXE_IP:-192.0.2.1}
