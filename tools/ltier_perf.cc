@@ -26,7 +26,10 @@
 //
 //   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,rpc_loop,send,burst]
 //              [--sizes 8,4096,65536,1048576] [--iters N] [--warmup N] [--bw]
-//              [--window W] [--join] [--join-tries N]
+//              [--window W] [--join] [--join-tries N] [--dump PREFIX]
+//
+// --dump PREFIX writes each latency run's samples to PREFIX.OP.SIZE (µs, one
+// per line, in the order taken).
 //
 // The parts: tools/ltier_perf/ (server.cc: the server node and join trials;
 // ops.cc: one function per operation).
@@ -81,7 +84,7 @@ using namespace ltier_perf;
 constexpr const char* kUsage =
     "usage: ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,rpc_loop,send,burst] "
     "[--sizes 8,4096,...] [--iters N] [--warmup N] [--bw] [--window W] [--join] "
-    "[--join-tries N]\n";
+    "[--join-tries N] [--dump PREFIX]\n";
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;
@@ -125,6 +128,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->run.window = std::stoi(val());
     } else if (a == "--join-tries") {
       o->join_tries = std::stoi(val());
+    } else if (a == "--dump") {
+      o->run.dump = val();
     } else if (a == "--bw") {
       o->run.bw = true;
     } else if (a == "--join") {

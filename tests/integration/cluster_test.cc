@@ -633,6 +633,48 @@ TEST(Tools, PerfStreamsLargeMessages) {
   }
 }
 
+// --dump writes every latency sample of a run, in order: as many as the run
+// reports, each a time, and their median the p50 it prints.
+TEST(Tools, PerfDumpsEverySample) {
+  char dir[] = "/tmp/ltier-perf-dump.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string prefix = std::string(dir) + "/lat";
+  Proc p({Cluster::bin("ltier-perf"), "--ops", "read", "--sizes", "8", "--iters", "300", "--warmup",
+          "10", "--dump", prefix},
+         {"LTIER_TRANSPORTS=tcp"});
+  std::string out, line;
+  double p50 = -1;
+  while ((line = p.read_line(60000)) != "EOF" && line != "TIMEOUT") {
+    out += line + "\n";
+    if (line.rfind("lat op=read size=8 iters=300 ", 0) == 0) {
+      p50 = std::atof(line.substr(line.find("p50_us=") + 7).c_str());
+    }
+  }
+  ASSERT_EQ(p.wait_exit(10000), 0) << out;
+  ASSERT_GT(p50, 0) << out;
+  FILE* f = fopen((prefix + ".read.8").c_str(), "r");
+  ASSERT_NE(f, nullptr) << "no " << prefix << ".read.8";
+  std::vector<double> v;
+  double x;
+  while (fscanf(f, "%lf", &x) == 1) v.push_back(x);
+  fclose(f);
+  ASSERT_EQ(v.size(), 300u);
+  for (double s : v) EXPECT_GT(s, 0);
+  std::sort(v.begin(), v.end());
+  // ltier-perf's p50 is a middle sample, printed to 0.01 us.
+  EXPECT_GE(p50, v[149] - 0.01);
+  EXPECT_LE(p50, v[150] + 0.01);
+  (void)system(("rm -rf " + std::string(dir)).c_str());
+
+  // A prefix that cannot be written is refused, not ignored.
+  Proc bad({Cluster::bin("ltier-perf"), "--ops", "read", "--sizes", "8", "--iters", "50", "--dump",
+            "/nonexistent-dir/lat"},
+           {"LTIER_TRANSPORTS=tcp"});
+  out.clear();
+  while ((line = bad.read_line(60000)) != "EOF" && line != "TIMEOUT") out += line + "\n";
+  EXPECT_EQ(bad.wait_exit(10000), 1) << out;
+}
+
 TEST(Tools, LtierRunRingInNamespaces) {
   if (system("ip netns add ltier-run-probe >/dev/null 2>&1") != 0) {
     fprintf(stderr, "\n*** SKIPPED LOUDLY: ltier-run --netns: `ip netns add` refused ***\n\n");

@@ -1,7 +1,11 @@
 // ltier-perf's measurements, one function per operation; each prints its
 // machine-readable lines (see ltier_perf.cc).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "perf.h"
@@ -12,10 +16,26 @@ namespace {
 
 // avg_us is ucx_perftest's "average" column: the tail's weight, which a
 // percentile of a run with rare long stalls (a CPU hog's time slices) hides.
-void print_lat(const char* op, uint64_t size, int n, const Laps& laps) {
+// With --dump, the samples also go to PREFIX.OP.SIZE, one per line in the
+// order they were taken: where in a run the slow ones fall (every 250 us,
+// say) is what names their cause.
+void print_lat(const Run& r, const char* op, uint64_t size, int n, const Laps& laps) {
   const std::vector<double>& v = laps.lat();
   double sum = 0;
   for (double x : v) sum += x;
+  if (!r.dump.empty()) {
+    const std::string path = r.dump + "." + op + "." + std::to_string(size);
+    FILE* f = fopen(path.c_str(), "w");
+    if (f == nullptr) {
+      fprintf(stderr, "ltier-perf: cannot write %s: %s\n", path.c_str(), strerror(errno));
+      exit(1);
+    }
+    for (double x : v) fprintf(f, "%.3f\n", x);
+    if (fclose(f) != 0) {
+      fprintf(stderr, "ltier-perf: cannot write %s: %s\n", path.c_str(), strerror(errno));
+      exit(1);
+    }
+  }
   printf("lat op=%s size=%llu iters=%d p50_us=%.2f p99_us=%.2f p999_us=%.2f avg_us=%.2f\n", op,
          static_cast<unsigned long long>(size), n, pct(v, 50), pct(v, 99), pct(v, 99.9),
          v.empty() ? 0.0 : sum / static_cast<double>(v.size()));
@@ -34,7 +54,7 @@ void rpc_lat(const Run& r, const char* op, uint32_t func) {
       if (rc != 0) die(op, rc);
       laps.lap(i >= w);
     }
-    print_lat(op, size, n, laps);
+    print_lat(r, op, size, n, laps);
   }
 }
 
@@ -117,7 +137,7 @@ void op_fetch_add(const Run& r) {
     if (int rc = LT_fetch_add(r.e, r.h, 0, 1, &old); rc != 0) die("fetch_add", rc);
     laps.lap(i >= w);
   }
-  print_lat("fetch_add", 8, r.iters, laps);
+  print_lat(r, "fetch_add", 8, r.iters, laps);
 }
 
 void op_rpc(const Run& r) { rpc_lat(r, "rpc", kEchoFunc); }
@@ -145,7 +165,7 @@ void op_send(const Run& r) {
       if (rc != 0) die("send/recv", rc);
       laps.lap(i >= w);
     }
-    print_lat("send", size, n, laps);
+    print_lat(r, "send", size, n, laps);
   }
   if (r.bw) {
     for (uint64_t size : r.sizes) send_bw(r, size);
@@ -182,7 +202,7 @@ void op_rma(const Run& r, bool is_read) {
       if (rc != 0) die(op, rc);
       laps.lap(i >= w);
     }
-    print_lat(op, size, n, laps);
+    print_lat(r, op, size, n, laps);
   }
 }
 

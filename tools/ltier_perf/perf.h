@@ -71,6 +71,7 @@ struct Run {
   std::vector<uint64_t> sizes;
   int iters = 10000, warmup = -1, window = 16;
   bool bw = false;
+  std::string dump;  // --dump: PREFIX.OP.SIZE gets every latency, in order
 
   /// Iterations for a latency run of `size`: fewer for large sizes.
   int iters_for(uint64_t size) const;
