@@ -156,6 +156,7 @@ Status Engine::join() {
 
 void Engine::leave() {
   if (!joined_.exchange(false)) return;
+  for (auto& t : transports_.all()) t->flush();  // messages senders held back go first
   membership_->leave();
   rpc_workers_.stop();
   running_.store(false);

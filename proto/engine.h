@@ -24,6 +24,7 @@
 
 #include "common/config.h"
 #include "common/spin_gauge.h"
+#include "proto/cork_watch.h"
 #include "proto/lmr/handles.h"
 #include "proto/lmr/lmr_store.h"
 #include "proto/member_events.h"
@@ -422,8 +423,8 @@ class Engine {
   // These three complete at their post and return kDoneReqId.
   Result<ReqId> send_to_self(uint32_t port, const void* buf, size_t len, MsgCreditGuard& credit);
   // `ep`: the endpoint to `node`, held by send_impl for the whole send.
-  Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
-                           size_t len, MsgCreditGuard& credit);
+  Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, bool gathers, uint32_t port,
+                           const void* buf, size_t len, MsgCreditGuard& credit);
   Result<ReqId> send_staged(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
                             size_t len, uint64_t stage_off, MsgCreditGuard& credit);
   Result<ReqId> send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
@@ -499,6 +500,8 @@ class Engine {
   int poller_fd_ = -1;                       // rung when the poller's request completes
   PeerCpu peer_cpu_;  // where the last hinted record's sender ran (YieldPacer)
   ParkTimer park_timer_;
+  CorkWatch corks_;  // eager messages held back under a stream (msg/send.cc)
+  static constexpr int kHeldSleepMs = static_cast<int>(ParkTimer::kWindowNs / 1000000);
   static constexpr int kMaxBatchesPerPass = 16;
   // While passes find work, the progress thread looks at the manager socket
   // this often (its answers to lock, barrier and name calls, membership).

@@ -202,18 +202,26 @@ void Engine::progress_loop() {
       parked_.store(true, std::memory_order_seq_cst);
       // The poller may have ended before it could see us parked: then the
       // park is timed after all (either it sees parked_ or we see poller_).
-      const bool timed = !untimed || !polled();
+      // Timed too while senders may hold messages back (CorkWatch): the
+      // sleeping poller wakes for what arrives, not for what waits to go.
+      const bool timed = !untimed || !polled() || !corks_.begin_untimed();
       if (spinners_.load(std::memory_order_seq_cst) > 0 || polled() ||
           (calling && !sleeper_.exchange(false, std::memory_order_seq_cst))) {
         const uint64_t hb_ns = uint64_t{static_cast<uint32_t>(hb)} * 1000000ull;
         sets.park(timed || park_timer_.fd() < 0 ? std::min(ParkTimer::kWindowNs, hb_ns) : hb_ns);
       }
+      corks_.end_untimed();
       parked_.store(false, std::memory_order_relaxed);
       unparked = true;
       continue;
     }
     if (now >= spin_until) {
-      if (prepare_sleep()) sets.wait(hb);
+      // Asleep on the transports; for ParkTimer's window at most while
+      // senders may hold messages back (CorkWatch): the next pass sends them.
+      if (prepare_sleep()) {
+        sets.wait(corks_.begin_untimed() ? hb : std::min(hb, kHeldSleepMs));
+        corks_.end_untimed();
+      }
     } else {
       (t_wakes == wakes_at_spin ? pacer : unhinted).maybe_yield(&now);
       cpu_relax();

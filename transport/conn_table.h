@@ -35,6 +35,9 @@ class ConnEndpoint final : public Endpoint {
   Result<size_t> post(std::span<const WorkRequest> wrs) override { return c_->post(wrs); }
   NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
   bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
+  void flush() override {
+    if constexpr (requires(Conn & c) { c.flush_cork(); }) c_->flush_cork();
+  }
 
  private:
   std::shared_ptr<Conn> c_;

@@ -44,6 +44,9 @@ struct Caps {  // read once per peer; values the device granted
   bool device_atomics = false;
   bool device_atomics_global = false;
   bool needs_registration = false;
+  /// kWrMore helps: held small messages go out together in one system call
+  /// (tcp). Senders hold messages back only where it does.
+  bool gathers = false;
   /// kWrite may target memory the peer registered with register_memory():
   /// RemoteRef::addr is then the owner's virtual address and RemoteRef::rkey
   /// the rkey register_memory returned. The written bytes are in place before
@@ -252,6 +255,9 @@ class Endpoint {  // one peer on one transport; thread-safe
   virtual Result<size_t> post(std::span<const WorkRequest> wrs) = 0;
   virtual NodeId peer() const = 0;
   virtual bool alive() const = 0;
+  /// Sends what posts with kWrMore left held on this endpoint now (a sender
+  /// that cannot count on the poller's flush()). Cheap when nothing is held.
+  virtual void flush() {}
 };
 
 /// What a transport holds now (LT_stats).

@@ -95,6 +95,14 @@ class Credits {
   bool msg_credit_now() const {
     return msg_quota_ != 0 && msg_total_.load(std::memory_order_relaxed) * 2 > msg_quota_;
   }
+  /// Messages to `node` whose credit has not come back yet (a snapshot).
+  int32_t msg_in_use(NodeId node) {
+    Peer* p = at(node);
+    return p == nullptr ? 0 : p->msg_in_flight.load(std::memory_order_relaxed);
+  }
+  /// Unconsumed messages to one receiver at which a sender starts holding
+  /// small ones back (Engine::send_eager): half its credits.
+  int32_t msg_hold_depth() const { return std::max<int32_t>(1, msg_limit_ / 2); }
   /// Credits held over all peers, counted only under a cap (else 0).
   int32_t msg_held() const { return msg_total_.load(std::memory_order_acquire); }
   int32_t rpc_held() const { return rpc_total_.load(std::memory_order_acquire); }

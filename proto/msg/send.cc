@@ -51,7 +51,8 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   MsgCreditGuard credit(credits_, node, credit_now);
   if (via == nullptr) return send_to_self(port, buf, len, credit);
   const transport::Caps& caps = via->caps();
-  if (len <= caps.eager_max) return send_eager(node, ep.get(), port, buf, len, credit);
+  if (len <= caps.eager_max)
+    return send_eager(node, ep.get(), caps.gathers, port, buf, len, credit);
   // Staged when the transport reads natively but cannot place (no
   // cross-memory attach): placement is one copy and needs no stage, so it
   // goes by the pull below. The stage's key is the memory transport's, so
@@ -93,12 +94,20 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len,
   return kDoneReqId;
 }
 
-Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, uint32_t port,
+// Under a stream (half this sender's credits to `node` unconsumed there:
+// the receiver is behind, and this message queues behind those anyway) the
+// message is posted with kWrMore where that helps (Caps::gathers: tcp sends
+// it with the ones that follow in one system call). It is held at most
+// until the next progress pass, which CorkWatch keeps within ParkTimer's
+// window; when no pass is sure to come that soon, it goes now.
+Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, bool gathers, uint32_t port,
                                  const void* buf, size_t len, MsgCreditGuard& credit) {
   LT_RETURN_IF_ERROR(admit_send(node, len));
   MsgEager m{credit.header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
-  LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false));
+  const bool hold = gathers && credits_.msg_in_use(node) > credits_.msg_hold_depth();
+  LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false, hold));
   credit.sent();
+  if (hold && !corks_.held_back()) ep->flush();
   return kDoneReqId;
 }
 

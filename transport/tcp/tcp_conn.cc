@@ -83,6 +83,9 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
         return g.count;
       case Claim::kRefused:
         return size_t{0};  // back-pressure
+      case Claim::kDrain:
+        drain();  // the held batch, these frames last
+        return g.count;
       case Claim::kSend:
         break;
     }
@@ -115,11 +118,19 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
 
 // Either the frames are queued (someone sends, EPOLLOUT will, or they join
 // or start a cork), refused for back-pressure, or this caller takes the
-// sending role (kSend) and writes them itself.
+// sending role and writes them itself (kSend), or writes the held batch
+// they end (kDrain: they would take it past kCorkHoldMax).
 Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
   bool list_cork = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (cork && corked_ && !sending_ && queued_ + g.total > kCorkHoldMax) {
+      outq_.push_back(g.copy_from(0));
+      queued_ += g.total;
+      corked_ = false;
+      sending_ = true;
+      return Claim::kDrain;
+    }
     if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
       // Someone sends (or EPOLLOUT will), or we join a cork: queue a copy.
       if (!cork && queued_ > t_->config_.max_queued_bytes && !must_queue) return Claim::kRefused;

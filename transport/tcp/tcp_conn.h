@@ -28,6 +28,7 @@ inline constexpr size_t kHdr = sizeof(wire::FrameHeader);
 inline constexpr size_t kDesc = sizeof(wire::WriteDesc);
 inline constexpr uint64_t kHelloTimeoutNs = 5000000000ull;
 inline constexpr size_t kCorkFrameMax = 16 * 1024;   // larger posts go out at once
+inline constexpr size_t kCorkHoldMax = 16 * 1024;    // a held batch that would pass this goes
 inline constexpr size_t kMaxRecv = 256 * 1024;       // bytes one recv() asks for
 inline constexpr size_t kMaxReadPerPoll = 4u << 20;  // bytes read per connection per poll
 
@@ -95,7 +96,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
  private:
   Result<size_t> post_frames(std::span<const WorkRequest> wrs);
-  enum class Claim : uint8_t { kQueued, kRefused, kSend };
+  enum class Claim : uint8_t { kQueued, kRefused, kSend, kDrain };
   Claim queue_or_claim(const Gather& g, bool cork, bool must_queue);
   void drain();  // caller holds the sending role
   ssize_t send_iov(const iovec* iov, int n) {

@@ -42,6 +42,7 @@ TcpTransport::TcpTransport(const TcpConfig& config) : config_(config) {
   caps_.write_imm = true;  // carried as a frame field
   caps_.atomics64 = false;
   caps_.needs_registration = false;
+  caps_.gathers = true;    // held frames go out in one writev
   caps_.placement = true;  // kWrite into register_memory() regions
   caps_.max_inline = 0;
   caps_.max_msg = config.max_msg_bytes;
