@@ -9,8 +9,12 @@
 // next to expire, which under a hypervisor is a VM exit (14 us on the
 // 2-vCPU VMs ltier is measured on). The thread's timer slack (kSlackNs)
 // lets the kernel fold its wake-up into a timer interrupt that comes anyway
-// rather than program one, and a wake-up while a caller spins makes no
-// poll: the caller's core loses only the switch.
+// rather than program one: at 3 ms the window and its slack span a whole
+// tick at 250 Hz (4 ms), the usual kernel's slowest, so the scheduler tick
+// of a busy CPU always ends the park (a 1 ms slack left three parks in four
+// to program their own interrupt: ~290 more timer interrupts a second in an
+// 8 B tcp ping-pong). A wake-up while a caller spins makes no poll: the
+// caller's core loses only the switch.
 //
 // The timerfd is for the hand-over (Engine::poll_asleep): a caller that
 // slept on the transports in the thread's place, parked untimed, gives the
@@ -31,7 +35,7 @@ namespace lt::proto {
 class ParkTimer {
  public:
   static constexpr uint64_t kWindowNs = 1'000'000;
-  static constexpr uint64_t kSlackNs = 1'000'000;
+  static constexpr uint64_t kSlackNs = 3'000'000;
 
   ParkTimer() : fd_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {}
   ~ParkTimer() {

@@ -283,8 +283,8 @@ TEST_P(ThreeNodes, HeldBackMessagesGoWithoutAnotherCall) {
 
 // The same with heartbeats 30 s apart over tcp: the progress thread wakes
 // for nothing else, so a held message that waited for its next wake-up
-// would miss the 5 s receive (the engine keeps it within a millisecond or
-// two: ParkTimer's window).
+// would miss the 5 s receive (the engine keeps it within a few
+// milliseconds: ParkTimer's window and slack).
 TEST(Credits, HeldBackMessageDoesNotWaitForAHeartbeat) {
   ClusterOptions o;
   o.down_after_ms = 120000;
