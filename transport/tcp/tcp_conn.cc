@@ -58,16 +58,20 @@ Result<size_t> Gather::add(std::span<const WorkRequest> wrs, uint32_t max_msg) {
 std::string Gather::copy_from(size_t skip) const {
   std::string out;
   out.reserve(total - std::min(skip, total));
+  append_to(&out, skip);
+  return out;
+}
+
+void Gather::append_to(std::string* out, size_t skip) const {
   for (int i = 0; i < niov; ++i) {
     size_t l = iov[i].iov_len;
     if (skip >= l) {
       skip -= l;
       continue;
     }
-    out.append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
+    out->append(static_cast<const char*>(iov[i].iov_base) + skip, l - skip);
     skip = 0;
   }
-  return out;
 }
 
 Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
@@ -125,11 +129,14 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (cork && corked_ && !sending_ && queued_ + g.total > kCorkHoldMax) {
-      outq_.push_back(g.copy_from(0));
-      queued_ += g.total;
+      hold(g);
       corked_ = false;
       sending_ = true;
       return Claim::kDrain;
+    }
+    if (cork && corked_ && !sending_) {  // we join the held batch
+      hold(g);
+      return Claim::kQueued;
     }
     if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
       // Someone sends (or EPOLLOUT will), or we join a cork: queue a copy.
@@ -144,8 +151,7 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
     }
     // The socket is idle: hold the frames until a post without kWrMore or
     // flush(), which send the whole batch with one system call.
-    outq_.push_back(g.copy_from(0));
-    queued_ += g.total;
+    hold(g);
     corked_ = true;
     list_cork = !cork_listed_;
     cork_listed_ = true;
@@ -155,6 +161,20 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
   // do not hold the sending role: never fall through to drain().
   if (list_cork) t_->add_corked(shared_from_this());
   return Claim::kQueued;
+}
+
+// Held frames (mu_ held, nobody sending, so no drain points into outq_):
+// the batch is one string, appended to; a new batch starts in the spare
+// buffer a drain left, so a stream of held frames allocates nothing.
+void Conn::hold(const Gather& g) {
+  if (!corked_ || outq_.empty()) {
+    std::string b = std::move(spare_);
+    b.clear();
+    if (b.capacity() < kCorkHoldMax) b.reserve(kCorkHoldMax);
+    outq_.push_back(std::move(b));
+  }
+  g.append_to(&outq_.back());
+  queued_ += g.total;
 }
 
 void Conn::flush_cork() {
@@ -228,6 +248,10 @@ void Conn::drain() {
       size_t avail = outq_.front().size() - out_off_;
       if (avail <= left) {
         left -= avail;
+        // A held batch's buffer is kept for the next one.
+        if (outq_.front().capacity() >= kCorkHoldMax && spare_.capacity() < kCorkHoldMax) {
+          spare_ = std::move(outq_.front());
+        }
         outq_.pop_front();
         out_off_ = 0;
       } else {

@@ -44,6 +44,7 @@ struct Gather {
   Result<size_t> add(std::span<const WorkRequest> wrs, uint32_t max_msg);
   /// The gathered bytes after the first `skip`, copied (for the queue).
   std::string copy_from(size_t skip) const;
+  void append_to(std::string* out, size_t skip = 0) const;
 };
 
 // One socket to one peer. The send side is used by any thread; the receive
@@ -99,6 +100,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   enum class Claim : uint8_t { kQueued, kRefused, kSend, kDrain };
   Claim queue_or_claim(const Gather& g, bool cork, bool must_queue);
   void drain();  // caller holds the sending role
+  void hold(const Gather& g);
   ssize_t send_iov(const iovec* iov, int n) {
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(iov);
@@ -110,6 +112,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool sending_ = false;
   bool retry_ = false;  // EPOLLOUT seen while another thread was sending
   std::deque<std::string> outq_;
+  std::string spare_;  // a sent held batch's buffer, for the next one
   size_t out_off_ = 0;
   size_t queued_ = 0;
   // Frames posted with kWrMore while the socket was idle sit in outq_ with
