@@ -170,6 +170,7 @@ Status VerbsTransport::init() {
     return Code::kInvalidArg;
   }
   LT_RETURN_IF_ERROR(open_device());
+  slots_.reset(new ChannelSlot[kMaxChannels]);
   // One QP now: it tells the inline limit, and is the first spare.
   RcOptions o;
   o.send_depth = c.send_depth;
