@@ -146,6 +146,9 @@ constexpr Command kCommands[] = {
     {"send_threads", "NODE PORT THREADS COUNT -> ok (THREADS x COUNT 8-byte LT_send)",
      cmd_send_threads},
     {"recv_n", "PORT N -> ok (N receives of up to 8 bytes)", cmd_recv_n},
+    {"recv_ordered",
+     "PORT N -> ok SENDERS (N receives of send_threads messages, each sending thread's in order)",
+     cmd_recv_ordered},
     {"send_async",
      "NODE PORT SIZE -> ok (one send_seq-style message, number 0, submitted; wait_sends waits "
      "for them)",

@@ -281,6 +281,20 @@ TEST_P(ThreeNodes, HeldBackMessagesGoWithoutAnotherCall) {
   }
 }
 
+// Streams from several threads of two senders at once, with the default
+// credits, so that messages are held back and gathered (over tcp) while
+// other threads post and the progress thread flushes: every message arrives
+// once, each thread's in the order it sent them, and nothing more.
+TEST_P(ThreeNodes, HeldBackStreamsFromManyThreadsArriveOnceInOrder) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  ASSERT_TRUE(a->send("send_threads " + ids_[1] + " 24 3 3000"));
+  ASSERT_TRUE(c->send("send_threads " + ids_[1] + " 24 3 3000"));
+  EXPECT_EQ(b->cmd("recv_ordered 24 18000", 120000), "ok 6");
+  EXPECT_EQ(a->read_line(120000), "ok");
+  EXPECT_EQ(c->read_line(120000), "ok");
+  EXPECT_EQ(b->cmd("recv 24 8 200"), "err LT_ERR_TIMEDOUT");
+}
+
 // The same with heartbeats 30 s apart over tcp: the progress thread wakes
 // for nothing else, so a held message that waited for its next wake-up
 // would miss the 5 s receive (the engine keeps it within a few

@@ -1,4 +1,7 @@
 // ltier-node commands: messages.
+#include <map>
+#include <utility>
+
 #include "node.h"
 
 namespace ltier_node {
@@ -127,9 +130,36 @@ std::string cmd_send_threads(lt_engine_t* e, Args& a) {
   uint64_t threads = a.u64(), n = a.u64();
   if (threads == 0 || threads > 64) return "err LT_ERR_INVAL";
   return ok_or_err(run_threads(threads, n, [&] {
-    uint64_t v = 1;
+    // Each message says which sending thread it is from (a number no other
+    // thread of this process had) and its place in that thread's sequence,
+    // for recv_ordered.
+    static std::atomic<uint32_t> next_thread{1};
+    thread_local uint32_t me = next_thread.fetch_add(1);
+    thread_local uint32_t seq = 0;
+    uint64_t v = (uint64_t{me} << 32) | seq++;
     return LT_send(e, node, port, &v, sizeof(v));
   }));
+}
+
+std::string cmd_recv_ordered(lt_engine_t* e, Args& a) {
+  uint32_t port = a.u32();
+  uint64_t n = a.u64();
+  std::map<std::pair<lt_node_t, uint32_t>, uint32_t> next;  // (source, thread) -> next seq
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t v = 0;
+    lt_node_t src = 0;
+    size_t len = 0;
+    if (int rc = LT_recv(e, port, &v, sizeof(v), &src, &len, -1); rc) {
+      return err(rc) + " at " + std::to_string(i);
+    }
+    uint32_t& want = next[{src, static_cast<uint32_t>(v >> 32)}];
+    if (len != sizeof(v) || static_cast<uint32_t>(v) != want) {
+      return "err out of order at " + std::to_string(i) + ": got " +
+             std::to_string(static_cast<uint32_t>(v)) + " want " + std::to_string(want);
+    }
+    ++want;
+  }
+  return "ok " + std::to_string(next.size());
 }
 
 std::string cmd_recv_n(lt_engine_t* e, Args& a) {

@@ -197,6 +197,7 @@ std::string cmd_recv_seq(lt_engine_t* e, Args& a);
 std::string cmd_send_async_n(lt_engine_t* e, Args& a);
 std::string cmd_send_threads(lt_engine_t* e, Args& a);
 std::string cmd_recv_n(lt_engine_t* e, Args& a);
+std::string cmd_recv_ordered(lt_engine_t* e, Args& a);
 std::string cmd_send_async(lt_engine_t* e, Args& a);
 std::string cmd_wait_sends(lt_engine_t* e, Args& a);
 std::string cmd_recv_pat(lt_engine_t* e, Args& a);
