@@ -501,7 +501,6 @@ class Engine {
   PeerCpu peer_cpu_;  // where the last hinted record's sender ran (YieldPacer)
   ParkTimer park_timer_;
   CorkWatch corks_;  // eager messages held back under a stream (msg/send.cc)
-  static constexpr int kHeldSleepMs = static_cast<int>(ParkTimer::kWindowNs / 1000000);
   static constexpr int kMaxBatchesPerPass = 16;
   // While passes find work, the progress thread looks at the manager socket
   // this often (its answers to lock, barrier and name calls, membership).

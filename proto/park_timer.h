@@ -35,6 +35,7 @@ namespace lt::proto {
 class ParkTimer {
  public:
   static constexpr uint64_t kWindowNs = 1'000'000;
+  static constexpr int kWindowMs = static_cast<int>(kWindowNs / 1'000'000);  // for epoll_wait
   static constexpr uint64_t kSlackNs = 3'000'000;
 
   ParkTimer() : fd_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {}

@@ -219,7 +219,7 @@ void Engine::progress_loop() {
       // Asleep on the transports; for ParkTimer's window at most while
       // senders may hold messages back (CorkWatch): the next pass sends them.
       if (prepare_sleep()) {
-        sets.wait(corks_.begin_untimed() ? hb : std::min(hb, kHeldSleepMs));
+        sets.wait(corks_.begin_untimed() ? hb : std::min(hb, ParkTimer::kWindowMs));
         corks_.end_untimed();
       }
     } else {

@@ -128,18 +128,15 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
   bool list_cork = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (cork && corked_ && !sending_ && queued_ + g.total > kCorkHoldMax) {
+    if (cork && corked_ && !sending_) {  // we join the held batch
       hold(g);
+      if (queued_ <= kCorkHoldMax) return Claim::kQueued;
       corked_ = false;
       sending_ = true;
       return Claim::kDrain;
     }
-    if (cork && corked_ && !sending_) {  // we join the held batch
-      hold(g);
-      return Claim::kQueued;
-    }
-    if (sending_ || (!outq_.empty() && !corked_) || (cork && corked_)) {
-      // Someone sends (or EPOLLOUT will), or we join a cork: queue a copy.
+    if (sending_ || (!outq_.empty() && !corked_)) {
+      // Someone sends (or EPOLLOUT will): queue a copy.
       if (!cork && queued_ > t_->config_.max_queued_bytes && !must_queue) return Claim::kRefused;
       outq_.push_back(g.copy_from(0));
       queued_ += g.total;
