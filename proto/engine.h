@@ -332,7 +332,8 @@ class Engine {
   Status send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,
                       size_t dlen, bool more = false);
   void drop_unsent(Request* r);
-  Status post_one(NodeId p, transport::Endpoint* ep, const transport::WorkRequest& wr, Deadline d);
+  Status post_all(NodeId p, transport::Endpoint* ep, std::span<const transport::WorkRequest> wrs,
+                  Deadline d, size_t* posted = nullptr);
   void count_tx(NodeId p, std::span<const transport::WorkRequest> wrs);  // traffic_
   void reply_status(NodeId to, uint64_t req_id, Status s);
 
@@ -453,7 +454,7 @@ class Engine {
   void send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull);
   void pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len);
   void serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
-  Status place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr, uint64_t rkey);
+  Status place_write(NodeId to, Request* r, const MsgPull& q, bool* wrote);
   Status complete_recv(Request* r, NodeId from, MsgOp op, std::span<const std::byte> b);
   // A message consumed here: counted (Credits::count_consumed under the
   // port table's lock), and the credits go back piggybacked or in a

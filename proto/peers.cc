@@ -172,25 +172,36 @@ Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_
       more_in_batch_) {
     wr.flags |= transport::kWrMore;
   }
-  return post_one(p, ep, wr, d);
+  return post_all(p, ep, std::span<const WorkRequest>(&wr, 1), d);
 }
 
-// Posts one work request to `p`, polling while the transport pushes back,
-// until `d`. A broken connection retires the endpoint (PEER_DOWN).
-Status Engine::post_one(NodeId p, transport::Endpoint* ep, const WorkRequest& wr, Deadline d) {
-  for (;;) {
-    auto r = sched_.post(*ep, std::span<const WorkRequest>(&wr, 1));
+// Posts work requests to `p` in order, polling while the transport pushes
+// back, until `d`. A broken connection retires the endpoint (PEER_DOWN).
+// *posted (if given) says how many went before a failure.
+Status Engine::post_all(NodeId p, transport::Endpoint* ep, std::span<const WorkRequest> wrs,
+                        Deadline d, size_t* posted) {
+  size_t done = 0;
+  Status s;
+  while (done < wrs.size()) {
+    auto r = sched_.post(*ep, wrs.subspan(done));
     if (!r) {
       if (r.status().code() == Code::kPeerDown) peers_.retire(p);
-      return r.status();
+      s = r.status();
+      break;
     }
-    if (*r == 1) {
-      count_tx(p, std::span<const WorkRequest>(&wr, 1));
-      return Status::ok();
+    if (*r > 0) {
+      count_tx(p, wrs.subspan(done, *r));
+      done += *r;
+      continue;
     }
-    if (d.expired()) return Code::kTimedOut;
+    if (d.expired()) {
+      s = Code::kTimedOut;
+      break;
+    }
     if (!progress()) cpu_relax();
   }
+  if (posted != nullptr) *posted = done;
+  return s;
 }
 
 Status Engine::send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,

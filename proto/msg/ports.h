@@ -22,6 +22,7 @@
 
 #include "common/spinlock.h"
 #include "proto/msg/fifo.h"
+#include "proto/msg/msg_bytes.h"
 #include "proto/request.h"
 
 namespace lt::proto {
@@ -57,29 +58,6 @@ inline void erase_posted(std::deque<PostedRecv>& posted, ReqId id) {
   }
 }
 
-/// An eager message's bytes, kept until a receive takes them: inline up to
-/// kInline, so the usual small message costs no allocation while the
-/// port's lock is held; on the heap above.
-class MsgBytes {
- public:
-  static constexpr size_t kInline = 64;
-  void assign(std::span<const std::byte> b) {
-    size_ = b.size();
-    std::byte* to = inline_;
-    if (size_ > kInline) {
-      heap_.reset(new std::byte[size_]);
-      to = heap_.get();
-    }
-    if (size_ != 0) std::memcpy(to, b.data(), size_);
-  }
-  std::span<const std::byte> view() const { return {heap_ ? heap_.get() : inline_, size_}; }
-
- private:
-  size_t size_ = 0;
-  std::unique_ptr<std::byte[]> heap_;
-  std::byte inline_[kInline];
-};
-
 /// A message that arrived before a receive was posted: its bytes (eager), or
 /// the sender's rendezvous request (rts).
 struct Unexpected {
@@ -108,6 +86,8 @@ class PortTable {
   PortTable& operator=(const PortTable&) = delete;
 
   SpinLock& mutex() { return mu_; }
+  /// Buffers for the bytes of kept messages (outlives every port).
+  ByteCache* byte_cache() { return &bytes_; }
 
   /// The entry of `port`, made on first use. Caller holds mutex(). One
   /// message stream usually uses one port: the last lookup is kept.
@@ -175,6 +155,7 @@ class PortTable {
     waiting_.store(waiting_.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
 
+  ByteCache bytes_;  // before ports_: destroyed after the messages it holds
   SpinLock mu_;
   std::atomic<uint64_t> waiting_{0};  // messages in all unexpected stores
   std::unordered_map<uint32_t, std::unique_ptr<Port>> ports_;

@@ -191,7 +191,7 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
     } else {
       auto data = b.subspan(sizeof(MsgEager));
       u.len = data.size();
-      u.data.assign(data);
+      u.data.assign(data, client_.ports.byte_cache());
     }
     client_.ports.keep_locked(p, std::move(u));
     return;

@@ -96,13 +96,9 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
   if (q.dst_rkey != 0) {
     // Single copy: write into the receiver's buffer, then say so (the
     // transport delivers MsgPlaced after the written bytes).
-    Status ws = place_write(from, r->send_buf, r->out_len, q.dst_addr, q.dst_rkey);
-    if (ws.is_ok()) {
-      MsgPlaced pl{make_header(MsgOp::kMsgPlaced, q.recv_id), r->out_len};
-      if (credits_.msg_credit_now()) pl.h.flags |= kFlagCreditNow;
-      return finish(r, send(from, &pl, sizeof(pl), nullptr, 0, default_deadline(), true));
-    }
-    if (ws.code() == Code::kPeerDown) return finish(r, ws);
+    bool wrote = false;
+    Status ws = place_write(from, r, q, &wrote);
+    if (wrote || ws.code() == Code::kPeerDown) return finish(r, ws);
     // Refused (a ptrace policy may forbid cross-memory attach): send the bytes.
     LT_DEBUG("placement to node %u refused (%s); sending the data", from, ws.text());
   }
@@ -112,20 +108,30 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
 }
 
 // The sender's side of placement: one kWrite of the message into the
-// receiver's registered buffer.
-Status Engine::place_write(NodeId to, const std::byte* buf, uint64_t len, uint64_t addr,
-                           uint64_t rkey) {
-  if (len > UINT32_MAX) return Code::kInvalidArg;
+// receiver's registered buffer and its MsgPlaced, posted together (one
+// system call on tcp, and the notice rides in the write's last segment).
+// *wrote: the write went, so the send's outcome is this status.
+Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, bool* wrote) {
+  if (r->out_len > UINT32_MAX) return Code::kInvalidArg;
   EndpointRef ep;
   Deadline d = default_deadline();
   LT_RETURN_IF_ERROR(endpoint(to, d, &ep));
-  WorkRequest wr;
-  wr.op = transport::Op::kWrite;
-  wr.flags = transport::kWrMustQueue;
-  wr.num_sge = 1;
-  wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
-  wr.remote = {addr, rkey};
-  return post_one(to, ep.get(), wr, d);
+  MsgPlaced pl{make_header(MsgOp::kMsgPlaced, q.recv_id), r->out_len};
+  if (credits_.msg_credit_now()) pl.h.flags |= kFlagCreditNow;
+  WorkRequest wrs[2];
+  wrs[0].op = transport::Op::kWrite;
+  wrs[0].flags = transport::kWrMustQueue;
+  wrs[0].num_sge = 1;
+  wrs[0].sge[0] = {r->send_buf, static_cast<uint32_t>(r->out_len), 0};
+  wrs[0].remote = {q.dst_addr, q.dst_rkey};
+  wrs[1].op = transport::Op::kSend;
+  wrs[1].flags = transport::kWrMustQueue;
+  wrs[1].num_sge = 1;
+  wrs[1].sge[0] = {reinterpret_cast<const std::byte*>(&pl), sizeof(pl), 0};
+  size_t posted = 0;
+  Status s = post_all(to, ep.get(), wrs, d, &posted);
+  *wrote = posted > 0;
+  return s;
 }
 
 // A rendezvous receive's answer: MsgPlaced (the bytes are in its buffer

@@ -31,7 +31,7 @@ void Engine::queue_rpc(RpcQueue* queue, NodeId from, uint64_t caller_req,
       QueuedRpc w;
       w.src = from;
       w.caller_req = caller_req;
-      w.data.assign(in);
+      w.data.assign(in, client_.ports.byte_cache());
       queue->keep(std::move(w));
       return;
     }

@@ -262,9 +262,9 @@ TEST_P(Churn, ServerReturnsToItsFootprint) {
     for (Proc* p : batch) {
       ASSERT_EQ(p->cmd("rpc " + is + " 1 0102"), "ok 0102");
       ASSERT_FALSE(ok_value(p->cmd("malloc " + is + " 65536 rw")).empty());
-      // Never received; eager (below tcp.eager_max_bytes), so each send
-      // completes at once and the bytes wait in the server's store.
-      ASSERT_EQ(p->cmd("send_seq " + is + " 9 8 65000"), "ok");
+      // Never received; eager (below tcp's and shm's eager_max_bytes), so
+      // each send completes at once and the bytes wait in the server's store.
+      ASSERT_EQ(p->cmd("send_seq " + is + " 9 8 16000"), "ok");
       ASSERT_EQ(server->cmd("send " + id_of(p) + " 5 aa"), "ok");
     }
     for (Proc* p : batch) {

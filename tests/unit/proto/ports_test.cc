@@ -131,7 +131,7 @@ TEST(MsgBytes, SmallInlineLargeOnTheHeapBothMoveWhole) {
     PortTable t;
     std::lock_guard<SpinLock> g(t.mutex());
     Unexpected u;
-    u.data.assign(src);
+    u.data.assign(src, n % 2 ? t.byte_cache() : nullptr);  // from the cache and from the heap
     for (int i = 0; i < 40; ++i) t.keep_locked(t.get_locked(3), Unexpected{});  // the deque grows
     Port& p = t.get_locked(4);
     t.keep_locked(p, std::move(u));
@@ -140,6 +140,65 @@ TEST(MsgBytes, SmallInlineLargeOnTheHeapBothMoveWhole) {
     ASSERT_EQ(v.size(), n);
     EXPECT_TRUE(std::equal(v.begin(), v.end(), src.begin())) << n;
   }
+}
+
+// A freed buffer is the next one of its class; the cache keeps at most
+// kKeepBytes and nothing above its largest class.
+TEST(ByteCache, ReusesByClassWithinItsBound) {
+  ByteCache c;
+  unsigned cls = 0;
+  std::byte* a = c.take(3000, &cls);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(cls, 12u);  // 4 KiB
+  c.give(a, cls);
+  EXPECT_EQ(c.kept_bytes(), 4096u);
+  unsigned cls2 = 0;
+  EXPECT_EQ(c.take(4096, &cls2), a);  // same class: the same buffer
+  EXPECT_EQ(cls2, cls);
+  EXPECT_EQ(c.kept_bytes(), 0u);
+  unsigned small = 0;
+  std::byte* b = c.take(65, &small);  // the smallest class
+  EXPECT_EQ(small, ByteCache::kMinShift);
+  EXPECT_NE(b, a);
+  c.give(b, small);
+  c.give(a, cls);
+  // Above the largest class: not kept.
+  unsigned big = 0;
+  std::byte* h = c.take((size_t{1} << ByteCache::kMaxShift) + 1, &big);
+  EXPECT_EQ(big, ByteCache::kNoClass);
+  c.give(h, big);
+  EXPECT_EQ(c.kept_bytes(), 4096u + 128u);
+  // Fill past the bound: what does not fit is freed, not kept.
+  std::vector<std::byte*> held;
+  std::vector<unsigned> classes;
+  const size_t n = ByteCache::kKeepBytes / (size_t{1} << 16) + 8;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned k = 0;
+    held.push_back(c.take(size_t{1} << 16, &k));
+    classes.push_back(k);
+  }
+  for (size_t i = 0; i < n; ++i) c.give(held[i], classes[i]);
+  EXPECT_LE(c.kept_bytes(), ByteCache::kKeepBytes);
+  EXPECT_GT(c.kept_bytes(), ByteCache::kKeepBytes - (size_t{1} << 16) - 4096u - 128u - 1);
+}
+
+// A message's bytes from the cache go back to it when the entry dies, and
+// a move hands them over whole (no double return).
+TEST(ByteCache, MessageBytesReturnTheirBuffer) {
+  PortTable t;
+  std::vector<std::byte> src(5000, std::byte{0x5a});
+  {
+    MsgBytes a;
+    a.assign(src, t.byte_cache());
+    MsgBytes b(std::move(a));
+    MsgBytes c;
+    c.assign(std::span<const std::byte>(src).first(10), t.byte_cache());  // inline
+    c = std::move(b);
+    EXPECT_EQ(c.view().size(), src.size());
+    EXPECT_EQ(a.view().size(), 0u);
+    EXPECT_EQ(t.byte_cache()->kept_bytes(), 0u);
+  }
+  EXPECT_EQ(t.byte_cache()->kept_bytes(), 8192u);
 }
 
 // The FIFO keeps order across wrap-around and growth, and erase_if keeps
