@@ -115,11 +115,13 @@ class MsgBytes {
   /// The cache, if given, must outlive this object.
   void assign(std::span<const std::byte> b, ByteCache* cache = nullptr) {
     drop();
-    size_ = b.size();
+    size_ = b.size();  // within the 56 bits: a message is at most max_msg_bytes (u32)
     std::byte* to = inline_;
     if (size_ > kInline) {
+      unsigned cls = ByteCache::kNoClass;
       cache_ = cache;
-      to = heap_ = cache != nullptr ? cache->take(size_, &cls_) : new std::byte[size_];
+      to = heap_ = cache != nullptr ? cache->take(size_, &cls) : new std::byte[size_];
+      cls_ = cls;
     }
     if (size_ != 0) std::memcpy(to, b.data(), size_);
   }
@@ -141,14 +143,14 @@ class MsgBytes {
     heap_ = std::exchange(o.heap_, nullptr);
     cache_ = std::exchange(o.cache_, nullptr);
     cls_ = o.cls_;
-    if (heap_ == nullptr && size_ != 0) std::memcpy(inline_, o.inline_, size_);
+    if (heap_ == nullptr) std::memcpy(inline_, o.inline_, kInline);  // fixed size: no branch on it
     o.size_ = 0;
   }
 
-  size_t size_ = 0;
   std::byte* heap_ = nullptr;
   ByteCache* cache_ = nullptr;  // heap_'s owner; null: the heap's
-  unsigned cls_ = ByteCache::kNoClass;
+  size_t size_ : 56 = 0;        // a message's length fits in far fewer bits
+  size_t cls_ : 8 = ByteCache::kNoClass;
   std::byte inline_[kInline];
 };
 

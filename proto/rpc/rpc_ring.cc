@@ -134,7 +134,8 @@ Status Engine::ring_write(NodeId to, uint64_t rkey, uint32_t slot, uint32_t imm,
   wr.sge[1] = {static_cast<const std::byte*>(data), static_cast<uint32_t>(dlen), 0};
   wr.remote = {uint64_t{slot} * kRingSlotBytes, rkey};
   if (reply) wr.flags |= transport::kWrMustQueue;
-  return post_all(to, ep.get(), std::span<const transport::WorkRequest>(&wr, 1), default_deadline());
+  return post_all(to, ep.get(), std::span<const transport::WorkRequest>(&wr, 1),
+                  default_deadline());
 }
 
 // A call into `node`'s ring when one is ready and has a free slot; false:
