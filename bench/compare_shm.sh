@@ -127,7 +127,7 @@ phase_ltier() {
   [[ -x $LTIER_BIN ]] || return 0
   log "  ltier-perf"
   LTIER_TRANSPORTS=shm,tcp run_tool ltier-perf "$1/ltier.out" "$LTIER_BIN" \
-    --ops read,write,fetch_add,rpc,rpc_rate,send --sizes 8,1048576 --iters "$ITERS" --bw
+    --ops read,write,fetch_add,rpc,rpc_rate,send --sizes 8,65536,1048576 --iters "$ITERS" --bw
 }
 
 phase_ucx() {
@@ -142,6 +142,7 @@ phase_ucx() {
   ucx_run "$d/tag_bw_8" tag_bw 8 $((ITERS * 5))
   # ltier is always thread-safe; ucx_perftest's default worker is not (-M single)
   ucx_run "$d/tag_bw_mt_8" tag_bw 8 $((ITERS * 5)) -M multi
+  ucx_run "$d/tag_bw_65536" tag_bw 65536 "$ITERS"
   ucx_run "$d/tag_bw_1048576" tag_bw 1048576 "$(big_iters)"
   ucx_run "$d/ucp_put_bw_1048576" ucp_put_bw 1048576 "$(big_iters)"
 }
@@ -335,6 +336,9 @@ rows = [
      fmt(mc), ratio(B("ltier", "write", 1048576), mc)],
     ["LT_write 1 MiB, one at a time", fmt(one("write")), "UCX ucp_put_bw (one buffer)",
      fmt(B("ucx", "ucp_put_bw", 1048576)), ratio(one("write"), B("ucx", "ucp_put_bw", 1048576))],
+    ["LT_send 64 KiB (16 in flight, one buffer each side)", fmt(B("ltier", "send", 65536)),
+     "UCX tag_bw (one buffer each side)",
+     fmt(B("ucx", "tag_bw", 65536)), ratio(B("ltier", "send", 65536), B("ucx", "tag_bw", 65536))],
     ["LT_send 1 MiB (16 in flight, one buffer each side)", fmt(B("ltier", "send", 1048576)),
      "UCX tag_bw (one buffer each side)",
      fmt(B("ucx", "tag_bw", 1048576)), ratio(B("ltier", "send", 1048576),
