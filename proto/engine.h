@@ -334,6 +334,8 @@ class Engine {
   void drop_unsent(Request* r);
   Status post_all(NodeId p, transport::Endpoint* ep, std::span<const transport::WorkRequest> wrs,
                   Deadline d, size_t* posted = nullptr);
+  Status post_rest(NodeId p, transport::Endpoint* ep, std::span<const transport::WorkRequest> wrs,
+                   Deadline d, size_t* posted, Result<size_t> r);
   void count_tx(NodeId p, std::span<const transport::WorkRequest> wrs);  // traffic_
   void reply_status(NodeId to, uint64_t req_id, Status s);
 

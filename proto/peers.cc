@@ -180,10 +180,22 @@ Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_
 // *posted (if given) says how many went before a failure.
 Status Engine::post_all(NodeId p, transport::Endpoint* ep, std::span<const WorkRequest> wrs,
                         Deadline d, size_t* posted) {
+  auto r = sched_.post(*ep, wrs);
+  if (r && *r == wrs.size()) {  // the usual case: all taken at once
+    count_tx(p, wrs);
+    if (posted != nullptr) *posted = wrs.size();
+    return Status::ok();
+  }
+  return post_rest(p, ep, wrs, d, posted, std::move(r));
+}
+
+// post_all's loop, from the first attempt's result `r`.
+Status Engine::post_rest(NodeId p, transport::Endpoint* ep, std::span<const WorkRequest> wrs,
+                         Deadline d, size_t* posted, Result<size_t> r) {
   size_t done = 0;
   Status s;
-  while (done < wrs.size()) {
-    auto r = sched_.post(*ep, wrs.subspan(done));
+  for (bool first = true; done < wrs.size(); first = false) {
+    if (!first) r = sched_.post(*ep, wrs.subspan(done));
     if (!r) {
       if (r.status().code() == Code::kPeerDown) peers_.retire(p);
       s = r.status();
