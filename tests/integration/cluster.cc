@@ -230,6 +230,17 @@ std::string ok_value(const std::string& reply) {
   return reply.substr(3);
 }
 
+std::string cmd_until_not(Proc* p, const std::string& line, const std::string& stale, int tries,
+                          int gap_ms) {
+  std::string r;
+  for (int i = 0; i < tries; ++i) {
+    r = p->cmd(line, 15000);
+    if (r != stale) break;
+    usleep(static_cast<useconds_t>(gap_ms) * 1000);
+  }
+  return r;
+}
+
 std::string id_of(Proc* p) { return ok_value(p->cmd("id")); }
 
 long long tx_ops_to(Proc* p, const std::string& peer) {

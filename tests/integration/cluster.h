@@ -81,6 +81,11 @@ class Cluster {
 
 /// "ok 123" -> "123"; anything else -> "".
 std::string ok_value(const std::string& reply);
+/// Sends `line` to `p` until the reply is other than `stale` (at most
+/// `tries` times, `gap_ms` apart) and returns the last reply: for a change
+/// that another node's departure makes within a bounded time.
+std::string cmd_until_not(Proc* p, const std::string& line, const std::string& stale, int tries,
+                          int gap_ms);
 
 /// The node's id ("id" command), or "".
 std::string id_of(Proc* p);

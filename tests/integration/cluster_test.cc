@@ -358,13 +358,7 @@ TEST_P(ThreeNodes, KilledNodeFailsFastWithPeerDown) {
   // Over shm b's memory stays mapped at a until a's poller reads the closed
   // connection: a read issued in that instant may still complete from it.
   // Within a few polls (well before the manager's verdict) every op fails.
-  std::string r;
-  for (int i = 0; i < 50; ++i) {
-    r = a->cmd("read " + h + " 0 4", 15000);
-    if (r != "ok 00000000") break;
-    usleep(10000);
-  }
-  EXPECT_EQ(r, "err LT_ERR_PEER_DOWN");
+  EXPECT_EQ(cmd_until_not(a, "read " + h + " 0 4", "ok 00000000", 50, 10), "err LT_ERR_PEER_DOWN");
   EXPECT_EQ(a->cmd("malloc " + ids_[1] + " 64 rw", 15000), "err LT_ERR_PEER_DOWN");
   // The survivors still work with each other.
   std::string h2 = ok_value(a->cmd("malloc " + ids_[2] + " 64 rw"));
@@ -387,13 +381,7 @@ TEST_P(ThreeNodes, DeadMastersLmrsAreFreed) {
   a->signal(SIGKILL);
   ASSERT_NE(a->wait_exit(5000), -1);
   // c frees it when the manager declares a down (down_after_ms).
-  std::string r;
-  for (int i = 0; i < 300; ++i) {
-    r = b->cmd("read " + m + " 0 1", 15000);
-    if (r != "ok 2a") break;
-    usleep(50000);
-  }
-  EXPECT_EQ(r, "err LT_ERR_BAD_HANDLE");
+  EXPECT_EQ(cmd_until_not(b, "read " + m + " 0 1", "ok 2a", 300, 50), "err LT_ERR_BAD_HANDLE");
   // c's own LMRs, and b's on c, are untouched.
   std::string h2 = ok_value(b->cmd("malloc " + ids_[2] + " 64 rw"));
   ASSERT_FALSE(h2.empty());

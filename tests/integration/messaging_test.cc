@@ -341,13 +341,7 @@ TEST_P(ThreeNodes, DeadSendersUnreceivedMessagesAreDropped) {
   ASSERT_EQ(a->cmd("recv 78 16"), "ok " + ids_[1] + " 05");
   b->signal(SIGKILL);
   ASSERT_NE(b->wait_exit(5000), -1);
-  std::string r;
-  for (int i = 0; i < 300; ++i) {
-    r = c->cmd("read " + m + " 0 1", 15000);
-    if (r != "ok 00") break;
-    usleep(50000);
-  }
-  ASSERT_EQ(r, "err LT_ERR_BAD_HANDLE");
+  ASSERT_EQ(cmd_until_not(c, "read " + m + " 0 1", "ok 00", 300, 50), "err LT_ERR_BAD_HANDLE");
   EXPECT_EQ(a->cmd("recv 77 16"), "ok " + ids_[2] + " 0304");
   EXPECT_EQ(a->cmd("recv 77 16 200"), "err LT_ERR_TIMEDOUT");
 }
