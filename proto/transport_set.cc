@@ -42,8 +42,9 @@ Status TransportSet::build(const Config& config) {
   }
   std::sort(want.begin(), want.end(),
             [](const TransportEntry* a, const TransportEntry* b) { return a->rank < b->rank; });
+  transport::TransportShare share;  // rc and ud open the device once between them
   for (const TransportEntry* e : want) {
-    auto t = e->make(config);
+    auto t = e->make(config, share);
     // A transport this node lacks the hardware (kNotFound) or the build
     // (kUnsupported) for steps aside: the default list names rc on every
     // node, and a node without an RDMA device still joins over tcp. The

@@ -1,12 +1,25 @@
 #include "transport/factory.h"
 
+#include "transport/share.h"
+
 namespace lt::transport {
 
+TransportShare::TransportShare() : held_(std::make_unique<Held>()) {}
+TransportShare::~TransportShare() = default;
+
 namespace {
-Result<std::unique_ptr<Transport>> make_shm(const Config& c) { return make_shm_transport(c.shm); }
-Result<std::unique_ptr<Transport>> make_tcp(const Config& c) { return make_tcp_transport(c.tcp); }
-Result<std::unique_ptr<Transport>> make_rc(const Config& c) { return make_rc_transport(c); }
-Result<std::unique_ptr<Transport>> make_ud(const Config& c) { return make_ud_transport(c); }
+Result<std::unique_ptr<Transport>> make_shm(const Config& c, TransportShare&) {
+  return make_shm_transport(c.shm);
+}
+Result<std::unique_ptr<Transport>> make_tcp(const Config& c, TransportShare&) {
+  return make_tcp_transport(c.tcp);
+}
+Result<std::unique_ptr<Transport>> make_rc(const Config& c, TransportShare& s) {
+  return make_rc_transport(c, &s);
+}
+Result<std::unique_ptr<Transport>> make_ud(const Config& c, TransportShare& s) {
+  return make_ud_transport(c, &s);
+}
 
 // shm first: on the same host it beats every network path. rc next, where
 // both ends have an RDMA device; ud where rc cannot serve a peer (its QP

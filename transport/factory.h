@@ -13,10 +13,28 @@
 
 namespace lt::transport {
 
+/// What the transports of one engine share, built with one of these: the
+/// RDMA device's context and protection domain today, so that rc and ud open
+/// the device once and register the engine's memory in one domain. Opaque
+/// outside transport/ (transport/share.h). Each transport keeps what it
+/// took: the share may go once the engine's transports are built.
+class TransportShare {
+ public:
+  TransportShare();
+  ~TransportShare();
+  TransportShare(const TransportShare&) = delete;
+  TransportShare& operator=(const TransportShare&) = delete;
+  struct Held;
+  Held& held() { return *held_; }
+
+ private:
+  std::unique_ptr<Held> held_;
+};
+
 /// One transport ltier can build, and how it ranks against the others.
 struct TransportEntry {
   const char* name;  // what config's `transports` list and Transport::name() say
-  Result<std::unique_ptr<Transport>> (*make)(const Config& config);
+  Result<std::unique_ptr<Transport>> (*make)(const Config& config, TransportShare& share);
   /// Reaches only peers on this host (same boot id and network namespace).
   bool same_host_only;
   /// Among the transports two peers share, the lowest rank serves them.
@@ -45,12 +63,15 @@ Result<std::unique_ptr<Transport>> make_shm_transport(const ShmConfig& config);
 /// RDMA reliable-connected QPs (transport/verbs/verbs_transport.h): the
 /// device verbs.* picks, a shared receive queue, LMR pools. kNotFound when
 /// there is no usable device (the log says which and why), kUnsupported in
-/// a build without libibverbs.
-Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config);
+/// a build without libibverbs. With `share`, the device's context and PD
+/// come from it (or are left in it); without, the transport opens its own.
+Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config,
+                                                     TransportShare* share = nullptr);
 
 /// Reliable messages over one RDMA UD QP (transport/verbs/ud_transport.h),
 /// for peers rc cannot serve. kNotFound without a usable device,
-/// kUnsupported in a build without libibverbs.
-Result<std::unique_ptr<Transport>> make_ud_transport(const Config& config);
+/// kUnsupported in a build without libibverbs. `share` as for rc.
+Result<std::unique_ptr<Transport>> make_ud_transport(const Config& config,
+                                                     TransportShare* share = nullptr);
 
 }  // namespace lt::transport

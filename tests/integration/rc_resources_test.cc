@@ -1,13 +1,15 @@
 // What rc costs a node, read from LT_stats (ltier-node's stats command) in
 // the Soft-RoCE guest (tests/rdma runs this binary with LTIER_ITEST_RC=1):
 // QPs grow with peers, not with threads (verbs.qps_per_peer per peer, shared
-// by every thread of the engine), and peers' native one-sided ops never
+// by every thread of the engine), rc and ud of a node share one device
+// context, and peers' native one-sided ops never
 // reach the owner's CPU (its served-request counter does not move), most of
 // them one work request each.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "cluster.h"
@@ -219,6 +221,37 @@ TEST_F(RcBudget, FurtherPeersGoToUd) {
     EXPECT_LE(stat(st, "rc:qps"), kQpsPerPeer) << st;
     EXPECT_EQ(stat(st, "ud:qps"), 1) << st;
   }
+}
+
+// The RDMA device files process `pid` holds open: one per device context
+// (ibv_open_device opens /dev/infiniband/uverbsN).
+int device_files(pid_t pid) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code rec;
+    if (std::filesystem::read_symlink(e.path(), rec).string().rfind("/dev/infiniband/uverbs", 0) ==
+        0) {
+      ++n;
+    }
+  }
+  return ec ? -1 : n;
+}
+
+// rc and ud of one engine open the device once between them: one context
+// and one protection domain, while both carry peers.
+TEST_F(RcBudget, RcAndUdShareOneDeviceContext) {
+  Proc* a = nodes_[0];
+  EXPECT_EQ(a->cmd("transport " + ids_[1]).rfind("ok rc", 0), 0u);
+  EXPECT_EQ(a->cmd("transport " + ids_[2]).rfind("ok ud", 0), 0u);
+  for (int j = 1; j < 3; ++j) {
+    EXPECT_EQ(a->cmd("rpc " + ids_[j] + " 1 0a0b"), "ok 0a0b") << j;
+  }
+  const std::string st = a->cmd("stats");
+  EXPECT_GE(stat(st, "rc:qps"), 1) << st;
+  EXPECT_EQ(stat(st, "ud:qps"), 1) << st;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(device_files(nodes_[i]->pid()), 1) << "node " << i;
 }
 
 // ud with 10% of datagrams dropped on receipt at every node: 32 MiB of

@@ -4,14 +4,16 @@
 
 namespace lt::transport {
 
-Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config) {
+Result<std::unique_ptr<Transport>> make_rc_transport(const Config& config, TransportShare* share) {
   (void)config;
+  (void)share;
   LT_INFO("rc: this ltier was built without libibverbs (install libibverbs-dev and rebuild)");
   return Code::kUnsupported;
 }
 
-Result<std::unique_ptr<Transport>> make_ud_transport(const Config& config) {
+Result<std::unique_ptr<Transport>> make_ud_transport(const Config& config, TransportShare* share) {
   (void)config;
+  (void)share;
   LT_INFO("ud: this ltier was built without libibverbs (install libibverbs-dev and rebuild)");
   return Code::kUnsupported;
 }

@@ -59,7 +59,7 @@ UdTransport::~UdTransport() {
   if (rx_mem_ != nullptr) ::munmap(rx_mem_, rx_len_);
 }
 
-Status UdTransport::init() {
+Status UdTransport::init(TransportShare* share) {
   const VerbsConfig& c = config_;
   if (c.ud_window < 8 || c.ud_window > kMaxUdWindow || (c.ud_window & (c.ud_window - 1)) != 0 ||
       c.ud_send_slots < 2 * c.ud_window || c.ud_recv_buffers < 16 || c.max_msg_bytes == 0 ||
@@ -72,7 +72,7 @@ Status UdTransport::init() {
     return Code::kInvalidArg;
   }
   loss_percent_ = c.ud_loss_percent;
-  LT_RETURN_IF_ERROR(open_device());
+  LT_RETURN_IF_ERROR(open_device(share));
   LT_RETURN_IF_ERROR(make_qp());
   LT_RETURN_IF_ERROR(make_buffers());
   caps_.reliable = true;   // by ltier's acknowledgements, not the device's
@@ -106,7 +106,7 @@ Status UdTransport::init() {
   return Status::ok();
 }
 
-Status UdTransport::open_device() {
+Status UdTransport::open_device(TransportShare* share) {
   std::string why;
   auto devices = list_devices(&why);
   auto choice = choose(devices, config_, &why);
@@ -125,7 +125,7 @@ Status UdTransport::open_device() {
     return Code::kNotFound;
   }
   sq_depth_ = kSendQueueDepth;
-  auto dev = VerbsDevice::open(*choice, 2 * sq_depth_, &why, config_.ud_recv_buffers);
+  auto dev = VerbsDevice::open(*choice, 2 * sq_depth_, &why, config_.ud_recv_buffers, share);
   if (!dev) {
     LT_ERROR("ud: %s", why.c_str());
     return dev.status();

@@ -44,10 +44,11 @@ class UdTransport final : public Transport {
  public:
   explicit UdTransport(const Config& config);
   ~UdTransport() override;
-  /// Picks and opens the device, makes the QP and the buffers. kNotFound
-  /// (no usable device; the log says why), kInvalidArg (a bad key),
-  /// kNoMemory, kSys.
-  Status init();
+  /// Picks and opens the device (its context and PD taken from `share`
+  /// when another transport of the engine opened it first), makes the QP
+  /// and the buffers. kNotFound (no usable device; the log says why),
+  /// kInvalidArg (a bad key), kNoMemory, kSys.
+  Status init(TransportShare* share = nullptr);
 
   const char* name() const override { return "ud"; }
   const Caps& caps() const override { return caps_; }
@@ -92,7 +93,7 @@ class UdTransport final : public Transport {
 
  private:
   static constexpr uint32_t kInDeviceMask = 0xffff, kReleased = 0x10000;
-  Status open_device();
+  Status open_device(TransportShare* share);
   Status make_qp();
   Status make_buffers();
   Result<ibv_ah*> make_ah(const UdAddress& a, std::string* why);

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/share.h"
+
 namespace lt::transport::verbs {
 
 namespace {
@@ -18,53 +20,85 @@ std::string where(const Choice& c) {
 
 }  // namespace
 
-Result<std::unique_ptr<VerbsDevice>> VerbsDevice::open(const Choice& choice, uint32_t cq_entries,
-                                                       std::string* why, uint32_t srq_depth) {
-  std::unique_ptr<VerbsDevice> d(new VerbsDevice());
-  d->choice_ = choice;
+Result<std::shared_ptr<VerbsContext>> VerbsContext::open(const std::string& device,
+                                                         std::string* why) {
+  std::shared_ptr<VerbsContext> c(new VerbsContext());
+  c->device_ = device;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
-  for (int i = 0; list != nullptr && i < n && d->ctx_ == nullptr; ++i) {
-    if (choice.device == ibv_get_device_name(list[i])) d->ctx_ = ibv_open_device(list[i]);
+  for (int i = 0; list != nullptr && i < n && c->ctx_ == nullptr; ++i) {
+    if (device == ibv_get_device_name(list[i])) c->ctx_ = ibv_open_device(list[i]);
   }
   if (list != nullptr) ibv_free_device_list(list);
-  if (d->ctx_ == nullptr) {
-    *why = "cannot open " + choice.device + ": " + std::strerror(errno) +
+  if (c->ctx_ == nullptr) {
+    *why = "cannot open " + device + ": " + std::strerror(errno) +
            " (verbs.device, LTIER_VERBS_DEVICE; ltier-info --devices lists them)";
     return Code::kNotFound;
   }
+  c->pd_ = ibv_alloc_pd(c->ctx_);
+  if (c->pd_ == nullptr) {
+    *why = "cannot make a protection domain on " + device + ": " + std::strerror(errno);
+    return Code::kNoMemory;
+  }
+  ibv_device_attr da{};
+  if (ibv_query_device(c->ctx_, &da) == 0) {
+    c->max_cqe_ = static_cast<uint32_t>(da.max_cqe);
+    c->atomics_global_ = da.atomic_cap == IBV_ATOMIC_GLOB;
+  }
+  return c;
+}
+
+Result<std::shared_ptr<VerbsContext>> VerbsContext::take(TransportShare* share,
+                                                         const std::string& device,
+                                                         std::string* why) {
+  if (share == nullptr) return open(device, why);
+  std::shared_ptr<VerbsContext>& held = share->held().verbs;
+  if (held != nullptr && held->device() == device) return held;
+  auto c = open(device, why);
+  if (c) held = *c;
+  return c;
+}
+
+VerbsContext::~VerbsContext() {
+  if (pd_ != nullptr) ibv_dealloc_pd(pd_);
+  if (ctx_ != nullptr) ibv_close_device(ctx_);
+}
+
+Result<std::unique_ptr<VerbsDevice>> VerbsDevice::open(const Choice& choice, uint32_t cq_entries,
+                                                       std::string* why, uint32_t srq_depth,
+                                                       TransportShare* share) {
+  auto ctx = VerbsContext::take(share, choice.device, why);
+  if (!ctx) return ctx.status();
+  std::unique_ptr<VerbsDevice> d(new VerbsDevice());
+  d->choice_ = choice;
+  d->ctx_ = std::move(*ctx);
+  ibv_context* const cx = d->ctx_->context();
   ibv_gid gid;
   ibv_port_attr pa{};
-  if (ibv_query_gid(d->ctx_, static_cast<uint8_t>(choice.port), static_cast<int>(choice.gid.index),
+  if (ibv_query_gid(cx, static_cast<uint8_t>(choice.port), static_cast<int>(choice.gid.index),
                     &gid) != 0 ||
-      ibv_query_port(d->ctx_, static_cast<uint8_t>(choice.port), &pa) != 0) {
+      ibv_query_port(cx, static_cast<uint8_t>(choice.port), &pa) != 0) {
     *why = "cannot query " + where(choice) + ": " + std::strerror(errno) +
            " (verbs.port, verbs.gid_index)";
     return Code::kInvalidArg;
   }
   std::memcpy(d->gid_.data(), gid.raw, 16);
   d->lid_ = pa.lid;
-  d->pd_ = ibv_alloc_pd(d->ctx_);
-  d->channel_ = d->pd_ != nullptr ? ibv_create_comp_channel(d->ctx_) : nullptr;
+  d->channel_ = ibv_create_comp_channel(cx);
   d->cq_ = d->channel_ != nullptr
-               ? ibv_create_cq(d->ctx_, static_cast<int>(cq_entries), nullptr, d->channel_, 0)
+               ? ibv_create_cq(cx, static_cast<int>(cq_entries), nullptr, d->channel_, 0)
                : nullptr;
   if (d->cq_ == nullptr) {
-    *why = "cannot make a protection domain and a CQ of " + std::to_string(cq_entries) +
+    *why = "cannot make a completion channel and a CQ of " + std::to_string(cq_entries) +
            " entries on " + where(choice) + ": " + std::strerror(errno);
     return Code::kNoMemory;
   }
-  ibv_device_attr da{};
-  if (ibv_query_device(d->ctx_, &da) == 0) {
-    d->max_cqe_ = static_cast<uint32_t>(da.max_cqe);
-    d->atomics_global_ = da.atomic_cap == IBV_ATOMIC_GLOB;
-  }
   if (srq_depth > 0) {
-    d->recv_cq_ = ibv_create_cq(d->ctx_, static_cast<int>(srq_depth), nullptr, d->channel_, 0);
+    d->recv_cq_ = ibv_create_cq(cx, static_cast<int>(srq_depth), nullptr, d->channel_, 0);
     ibv_srq_init_attr sa{};
     sa.attr.max_wr = srq_depth;
     sa.attr.max_sge = 1;
-    d->srq_ = d->recv_cq_ != nullptr ? ibv_create_srq(d->pd_, &sa) : nullptr;
+    d->srq_ = d->recv_cq_ != nullptr ? ibv_create_srq(d->ctx_->pd(), &sa) : nullptr;
     if (d->srq_ == nullptr) {
       *why = "cannot make a shared receive queue of " + std::to_string(srq_depth) + " on " +
              where(choice) + ": " + std::strerror(errno) + " (verbs.recv_buffers)";
@@ -80,9 +114,9 @@ uint32_t VerbsDevice::cq_entries() const { return static_cast<uint32_t>(cq_->cqe
 
 Status VerbsDevice::grow_cq(uint32_t entries, std::string* why) {
   if (entries <= cq_entries()) return Status::ok();
-  if (max_cqe_ != 0 && entries > max_cqe_) {
+  if (max_cqe() != 0 && entries > max_cqe()) {
     *why = "the send CQ cannot grow to " + std::to_string(entries) + " entries on " +
-           where(choice_) + ": the device allows " + std::to_string(max_cqe_);
+           where(choice_) + ": the device allows " + std::to_string(max_cqe());
     return Code::kNoMemory;
   }
   if (int rc = ibv_resize_cq(cq_, static_cast<int>(entries)); rc != 0) {
@@ -98,8 +132,6 @@ VerbsDevice::~VerbsDevice() {
   if (recv_cq_ != nullptr) ibv_destroy_cq(recv_cq_);
   if (cq_ != nullptr) ibv_destroy_cq(cq_);
   if (channel_ != nullptr) ibv_destroy_comp_channel(channel_);
-  if (pd_ != nullptr) ibv_dealloc_pd(pd_);
-  if (ctx_ != nullptr) ibv_close_device(ctx_);
 }
 
 int VerbsDevice::poll(WorkCompletion* out, int max) {

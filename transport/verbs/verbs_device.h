@@ -1,9 +1,9 @@
-// An RDMA device opened for a transport: one protection domain, one
-// completion channel and one completion queue (VerbsDevice), and memory
-// registered on it (Region).
+// An RDMA device opened once per engine with its protection domain
+// (VerbsContext), a transport's completion channel and queues on it
+// (VerbsDevice), and memory registered in the domain (Region).
 //
-// Thread contract: a VerbsDevice is polled by one thread at a time; Regions
-// are immutable once made.
+// Thread contract: a VerbsContext is immutable once opened; a VerbsDevice is
+// polled by one thread at a time; Regions are immutable once made.
 #pragma once
 
 #include <array>
@@ -21,6 +21,10 @@ struct ibv_mr;
 struct ibv_comp_channel;
 struct ibv_srq;
 
+namespace lt::transport {
+class TransportShare;
+}
+
 namespace lt::transport::verbs {
 
 /// A completion, as a transport sees it.
@@ -31,20 +35,54 @@ struct WorkCompletion {
   uint32_t bytes = 0;
 };
 
+/// A device's context and one protection domain, with the device's limits.
+/// rc and ud of one engine share it (through the TransportShare the engine
+/// builds them with), so the engine opens the device once and registers all
+/// of its memory in one domain.
+class VerbsContext {
+ public:
+  /// Opens `device` and allocates a PD on it.
+  static Result<std::shared_ptr<VerbsContext>> open(const std::string& device, std::string* why);
+  /// The context `share` holds for `device`, else a newly opened one, which
+  /// `share` then holds for the transports built after this one. A null
+  /// `share` always opens a new one.
+  static Result<std::shared_ptr<VerbsContext>> take(TransportShare* share,
+                                                    const std::string& device, std::string* why);
+  ~VerbsContext();
+  VerbsContext(const VerbsContext&) = delete;
+  VerbsContext& operator=(const VerbsContext&) = delete;
+
+  const std::string& device() const { return device_; }
+  ibv_context* context() const { return ctx_; }
+  ibv_pd* pd() const { return pd_; }
+  uint32_t max_cqe() const { return max_cqe_; }
+  bool atomics_global() const { return atomics_global_; }
+
+ private:
+  VerbsContext() = default;
+  std::string device_;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  uint32_t max_cqe_ = 0;
+  bool atomics_global_ = false;
+};
+
 class VerbsDevice {
  public:
-  /// Opens `choice` (from choose()): the device, a PD, a completion channel,
-  /// a send CQ of `cq_entries`, and, when srq_depth > 0, a shared receive
-  /// queue of that depth with its own CQ (both CQs on the one channel).
+  /// Opens `choice` (from choose()) on the context VerbsContext::take gives
+  /// for `share` (a new one without): a completion channel, a send CQ of
+  /// `cq_entries`, and, when srq_depth > 0, a shared receive queue of that
+  /// depth with its own CQ (both CQs on the one channel).
   static Result<std::unique_ptr<VerbsDevice>> open(const Choice& choice, uint32_t cq_entries,
-                                                   std::string* why, uint32_t srq_depth = 0);
+                                                   std::string* why, uint32_t srq_depth = 0,
+                                                   TransportShare* share = nullptr);
   ~VerbsDevice();
   VerbsDevice(const VerbsDevice&) = delete;
   VerbsDevice& operator=(const VerbsDevice&) = delete;
 
   const Choice& choice() const { return choice_; }
-  ibv_context* context() const { return ctx_; }
-  ibv_pd* pd() const { return pd_; }
+  ibv_context* context() const { return ctx_->context(); }
+  ibv_pd* pd() const { return ctx_->pd(); }
   ibv_cq* cq() const { return cq_; }
   /// The receive CQ (the send CQ when there is no SRQ) and the SRQ (or null).
   ibv_cq* recv_cq() const { return recv_cq_ != nullptr ? recv_cq_ : cq_; }
@@ -57,7 +95,7 @@ class VerbsDevice {
   /// them (that CQ is no longer armed).
   bool drain_events(bool* send_fired = nullptr);
   /// The largest CQ the device allows.
-  uint32_t max_cqe() const { return max_cqe_; }
+  uint32_t max_cqe() const { return ctx_->max_cqe(); }
   /// The send CQ's size now (the device may round a request up).
   uint32_t cq_entries() const;
   /// Makes the send CQ hold at least `entries` (ibv_resize_cq), keeping the
@@ -68,7 +106,7 @@ class VerbsDevice {
   /// The device's atomics are atomic with respect to the CPU's on the same
   /// memory (atomic_cap IBV_ATOMIC_GLOB); otherwise only with respect to
   /// other atomics through this device (IBV_ATOMIC_HCA).
-  bool atomics_global() const { return atomics_global_; }
+  bool atomics_global() const { return ctx_->atomics_global(); }
   /// The chosen GID's 16 bytes and the port's LID (InfiniBand; 0 on RoCE).
   const std::array<uint8_t, 16>& gid() const { return gid_; }
   uint16_t lid() const { return lid_; }
@@ -90,14 +128,11 @@ class VerbsDevice {
   Choice choice_;
   std::array<uint8_t, 16> gid_{};
   uint16_t lid_ = 0;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
+  std::shared_ptr<VerbsContext> ctx_;  // destroyed after the queues below
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_cq* recv_cq_ = nullptr;
   ibv_srq* srq_ = nullptr;
-  uint32_t max_cqe_ = 0;
-  bool atomics_global_ = false;
 };
 
 /// Memory registered for local and remote access.

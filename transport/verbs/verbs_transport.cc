@@ -74,7 +74,7 @@ Status VerbsTransport::add_to_epoll(int fd, uint64_t tag) {
 }
 
 // The device, its pools and the receive buffers, all posted.
-Status VerbsTransport::open_device() {
+Status VerbsTransport::open_device(TransportShare* share) {
   const VerbsConfig& c = config_;
   std::string why;
   auto devices = list_devices(&why);
@@ -92,7 +92,7 @@ Status VerbsTransport::open_device() {
   // The send CQ starts small (a large one costs its creation time and its
   // memory in every process) and grows with the QPs (count_qp).
   const uint32_t cq = kFirstSendQueues * c.send_depth;
-  auto dev = VerbsDevice::open(*choice, cq, &why, c.recv_buffers);
+  auto dev = VerbsDevice::open(*choice, cq, &why, c.recv_buffers, share);
   if (!dev) {
     LT_ERROR("rc: %s", why.c_str());
     return dev.status();
@@ -157,7 +157,7 @@ Status VerbsTransport::open_control() {
   return Status::ok();
 }
 
-Status VerbsTransport::init() {
+Status VerbsTransport::init(TransportShare* share) {
   const VerbsConfig& c = config_;
   if (c.qps_per_peer == 0 || c.qps_per_peer > kMaxQpsPerPeer || c.send_depth < 8 ||
       c.recv_buffers < 8 || c.recv_buffer_bytes < 256 || c.max_msg_bytes == 0 ||
@@ -169,7 +169,7 @@ Status VerbsTransport::init() {
         kMaxQpsPerPeer);
     return Code::kInvalidArg;
   }
-  LT_RETURN_IF_ERROR(open_device());
+  LT_RETURN_IF_ERROR(open_device(share));
   slots_.reset(new ChannelSlot[kMaxChannels]);
   // One QP now: it tells the inline limit, and is the first spare.
   RcOptions o;

@@ -60,10 +60,11 @@ class VerbsTransport final : public Transport {
  public:
   explicit VerbsTransport(const Config& config);
   ~VerbsTransport() override;
-  /// Picks and opens the device, makes the receive path and binds the
-  /// control listener. kNotFound (no usable device; the log says why),
-  /// kInvalidArg (a bad key), kNoMemory, kSys.
-  Status init();
+  /// Picks and opens the device (its context and PD taken from `share`
+  /// when another transport of the engine opened it first), makes the
+  /// receive path and binds the control listener. kNotFound (no usable
+  /// device; the log says why), kInvalidArg (a bad key), kNoMemory, kSys.
+  Status init(TransportShare* share = nullptr);
 
   const char* name() const override { return "rc"; }
   const Caps& caps() const override { return caps_; }
@@ -119,7 +120,7 @@ class VerbsTransport final : public Transport {
 
  private:
   friend class VerbsConn;
-  Status open_device();
+  Status open_device(TransportShare* share);
   Status open_control();
   // verbs_connect.cc: the QP address exchange.
   Result<std::unique_ptr<Channel>> make_channel(VerbsConn* conn);
