@@ -12,7 +12,9 @@
 #
 # Every round runs, 8-byte messages, in an order that alternates between rounds:
 #   perftest      ib_read_lat, ib_write_lat, ib_atomic_lat, ib_send_lat, and ib_send_lat
-#                 -c UD (send_ud) (half round trip)
+#                 -c UD (send_ud) (half round trip); with them bench/rc_imm_lat (raw
+#                 verbs, half round trip): a WRITE_WITH_IMM ping-pong, the floor of
+#                 ltier's ring RPC, and a SEND one to check it against ib_send_lat
 #   ucx_perftest  UCT level over rc_verbs on rxe0:1 (-x rc_verbs -d rxe0:1): put_lat and
 #                 am_lat (half round trip), get and fadd (round trip). UCP level
 #                 (tag_lat) needs ud_verbs for its wire-up, whose endpoints time out under
@@ -44,6 +46,18 @@ run_perftest() {
     awk '$1 == 8 && NF >= 5 { print $5 }' | tail -1)
   wait
   echo "perftest $name ${v:-NA}"
+}
+
+# rc_imm_lat (bench/): the raw-verbs ping-pong of LITE's RPC (write_imm) and of
+# ib_send_lat (send), one RC QP a side: its median round trip, halved.
+run_raw() {
+  local op=$1
+  timeout 120 "$BUILD/bench/rc_imm_lat" --op "$op" --iters "$ITERS" >/dev/null 2>&1 &
+  local v
+  v=$(timeout 120 "$BUILD/bench/rc_imm_lat" --op "$op" --iters "$ITERS" "$IP" 2>&1 |
+    awk '/^lat / { split($5, p, "="); printf "%.2f\n", p[2] / 2 }')
+  wait
+  echo "raw ${op}_lat ${v:-NA}"
 }
 
 # ucx_perftest: the typical latency (usec) of its final line.
@@ -104,7 +118,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
   ((r % 2 == 0)) && order=(ltier ucx perftest)
   for tool in "${order[@]}"; do
     case $MODE:$tool in
-      lat:perftest) for t in read write atomic send send_ud; do run_perftest $t; done ;;
+      lat:perftest)
+        for t in read write atomic send send_ud; do run_perftest $t; done
+        [[ -x $BUILD/bench/rc_imm_lat ]] && for t in write_imm send; do run_raw $t; done
+        ;;
       lat:ucx) ((have_ucx)) && for t in put_lat am_lat get fadd; do run_ucx $t; done ;;
       lat:ltier) run_ltier rc,tcp "" && run_ltier ud,tcp ud: ;;
       bw:perftest) for s in 65536 1048576; do run_perftest_bw $s; done ;;
@@ -118,7 +135,7 @@ if [[ $MODE == bw ]]; then
   echo "== medians over $ROUNDS rounds, decimal MB/s (point: op_bw:size)"
 else
   echo "== medians over $ROUNDS rounds, $ITERS iterations, 8 B, microseconds"
-  echo "   (perftest, put_lat, am_lat: half round trip; get, fadd, ltier-perf: round trip)"
+  echo "   (perftest, raw, put_lat, am_lat: half round trip; get, fadd, ltier-perf: round trip)"
 fi
 awk '{ k = $1 " " $2; v[k] = v[k] " " $3 } END { for (k in v) print k, v[k] }' "$RAW/all" |
   sort | while read -r tool point vals; do
