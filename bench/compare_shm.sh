@@ -167,7 +167,7 @@ if ((HOG)); then
   sleep 0.5
   n=$((ITERS / 4 < 1000 ? 1000 : ITERS / 4))
   [[ -x $LTIER_BIN ]] && LTIER_TRANSPORTS=shm,tcp run_tool "ltier-perf (hog)" "$dir/ltier.out" \
-    "$LTIER_BIN" --ops read,send,rpc --sizes 8 --iters "$n"
+    "$LTIER_BIN" --ops read,send,rpc --sizes 8 --iters "$n" --dump "$dir/samples"
   if [[ -n $UCX_BIN ]]; then
     ucx_run "$dir/ucx/tag_lat_8_p50" tag_lat 8 "$n"
     ucx_run "$dir/ucx/tag_lat_8_p99" tag_lat 8 "$n" -R 99
@@ -265,6 +265,13 @@ def med(key, rnd=None):
     vals = [v for r, v in data.get(key, {}).items()
             if isinstance(v, float) and (r == rnd if rnd else r != "hog")]
     return statistics.median(vals) if vals else None
+
+
+TAIL = 2048  # ucx_perftest's percentiles cover its last min(n, 2048) iterations
+
+
+def pct(sorted_v, p):  # the rank ltier-perf's own percentiles use
+    return sorted_v[min(int(p / 100.0 * (len(sorted_v) - 1) + 0.5), len(sorted_v) - 1)]
 
 
 def fmt(x):
@@ -374,6 +381,21 @@ if "hog" in {r for v in data.values() for r in v}:
     rows.append(["UCX tag_lat"] + [fmt(L("ucx", "tag_lat", 8, f, "hog"))
                                    for f in ("p50_us", "p99_us", "avg_us")])
     md += table(["what", "p50", "p99", "mean"], rows) + [""]
+    # Like for like: ltier's percentiles over the same window as ucx_perftest's.
+    rows = []
+    for label, op in (("LT_read", "read"), ("LT_send", "send"), ("LT_RPC", "rpc")):
+        try:
+            v = [float(x) for x in open(os.path.join(raw, "hog", "samples.%s.8" % op))]
+        except (OSError, ValueError):
+            continue
+        tail = sorted(v[-TAIL:])
+        if tail:
+            rows.append([label] + [fmt(pct(tail, p) / 2) for p in (50, 99)])
+    if rows:
+        rows.append(["UCX tag_lat"] + [fmt(L("ucx", "tag_lat", 8, f, "hog"))
+                                       for f in ("p50_us", "p99_us")])
+        md += ["The same run's ltier samples, its last %d only (ucx_perftest's window):" % TAIL,
+               ""] + table(["what", "p50", "p99"], rows) + [""]
 md += [END]
 block = "\n".join(md) + "\n"
 try:

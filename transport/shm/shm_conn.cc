@@ -12,6 +12,8 @@ namespace lt::transport::shm {
 bool ShmConn::single_fits_locked(size_t len) {
   uint64_t rec = record_bytes(len);
   uint64_t idx = tx_head_ & mask_;
+  while (rec > contig_locked(idx) && !room_locked(ring_ - idx + rec) && widen_locked()) {
+  }
   return room_locked(rec <= contig_locked(idx) ? rec : ring_ - idx + rec);
 }
 
@@ -19,7 +21,8 @@ bool ShmConn::write_single_locked(const Gather& g, size_t len, uint32_t imm) {
   uint64_t rec = record_bytes(len);
   fit_window_locked(rec);
   uint64_t idx = tx_head_ & mask_, pad = ring_ - idx;
-  const bool wrap = rec > contig_locked(idx);
+  bool wrap = rec > contig_locked(idx);
+  while (wrap && !room_locked(pad + rec) && widen_locked()) wrap = rec > contig_locked(idx);
   if (!room_locked(wrap ? pad + rec : rec)) return false;
   if (wrap) {
     write_pad_locked(idx, pad);
@@ -42,7 +45,10 @@ size_t ShmConn::write_frags_locked(const Gather& g, size_t total, uint32_t imm, 
     fit_window_locked(rec);
     uint64_t idx = tx_head_ & mask_, contig = contig_locked(idx);
     if (contig < rec && contig < min_rec) {  // too little before the window's end: pad
-      if (!room_locked(ring_ - idx)) break;
+      if (!room_locked(ring_ - idx)) {
+        if (widen_locked()) continue;  // its start is still lent out
+        break;
+      }
       write_pad_locked(idx, ring_ - idx);
       continue;
     }
@@ -67,8 +73,9 @@ size_t ShmConn::write_frags_locked(const Gather& g, size_t total, uint32_t imm, 
 
 // Poller, once a sweep, with the connection's current share of the ring
 // budget: narrows a wider window to it after a whole sweep interval without a
-// wide record, then frees the ring's pages beyond the window once the
-// consumer has taken every record that may lie there. The madvise runs
+// wide record, then frees the ring's pages beyond the share once the
+// consumer has taken every record that may lie there; a window within the
+// share goes back to the hot window after a sweep without widening. The madvise runs
 // under the send lock (a poster waits for it) so that no poster widens the
 // window into pages being freed; it happens once per narrowing, a sweep
 // interval apart at most.
@@ -78,7 +85,7 @@ void ShmConn::trim_window(uint64_t window) {
   // The share changed (connections came or went). A larger one applies at
   // once; a smaller one as a narrowing, once no wide record is in the way.
   min_win_ = std::min(window, ring_);
-  if (win_ < min_win_) win_ = min_win_;
+  if (win_ < hot_window()) win_ = hot_window();
   if (win_ > min_win_ && wide_records_ == trim_seen_) {
     win_ = min_win_;
     punch_ = true;
@@ -92,11 +99,14 @@ void ShmConn::trim_window(uint64_t window) {
       if (backlog_.empty() && room_locked(ring_ - idx)) write_pad_locked(idx, ring_ - idx);
       bell = publish_locked();
     }
+  } else if (win_ > hot_window() && win_ <= min_win_ && widened_ == widen_seen_) {
+    win_ = hot_window();  // a sweep without widening: back to the start (its pages stay)
   }
   trim_seen_ = wide_records_;
+  widen_seen_ = widened_;
   if (punch_ && aref(tx_ctrl_->tail).load(std::memory_order_acquire) >= punch_at_) {
     punch_ = false;
-    if (win_ < ring_ && ::madvise(tx_ring_ + win_, ring_ - win_, MADV_REMOVE) != 0) {
+    if (min_win_ < ring_ && ::madvise(tx_ring_ + min_win_, ring_ - min_win_, MADV_REMOVE) != 0) {
       LT_DEBUG("shm: freeing ring pages of node %u's connection: %s", peer_.load(),
                strerror(errno));
     }

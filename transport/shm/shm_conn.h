@@ -251,7 +251,8 @@ class ShmConn {
     mask_ = ring_bytes - 1;
     max_rec_ = ring_bytes / 4;
     max_frag_ = max_rec_ - kRecHdr;
-    min_win_ = win_ = std::min<uint64_t>(t_->window_for(t_->conns_.size() + 1), ring_);
+    min_win_ = std::min<uint64_t>(t_->window_for(t_->conns_.size() + 1), ring_);
+    win_ = hot_window();
     auto* ctrl = reinterpret_cast<RingCtrl*>(seg + sizeof(SegHeader));
     std::byte* ring0 = seg + kCtrlBytes;
     std::byte* ring1 = ring0 + ring_bytes;
@@ -356,11 +357,18 @@ class ShmConn {
   // The window: records go below ring offset win_ (a pad skips the rest of
   // the ring), so a connection that carries small messages touches win_
   // bytes of its ring, not all of it. min_win_ is the connection's share of
-  // shm.ring_budget_bytes; a larger record widens the window, and
-  // trim_window() narrows it to the share again and frees the pages beyond.
+  // shm.ring_budget_bytes. The window starts at the hot window (kHotWindow,
+  // at most the share) and doubles, up to the share, when a record would
+  // wrap to the start before the consumer released it (widen_locked) or
+  // when a record wants more (fit_window_locked); a record larger than a
+  // quarter of the share widens it beyond. trim_window() narrows a window
+  // beyond the share to the share and frees the pages beyond, and one within
+  // the share back to the hot window after a sweep without widening.
   uint64_t win_ = 0, min_win_ = 0;
   uint64_t wide_records_ = 0;  // records that wanted more than min_win_, so far
   uint64_t trim_seen_ = 0;     // wide_records_ at the last trim_window()
+  uint64_t widened_ = 0;       // widenings within the share, so far
+  uint64_t widen_seen_ = 0;    // widened_ at the last trim_window()
   uint64_t punch_at_ = 0;      // punch_: free the pages beyond the window once the tail is here
   bool punch_ = false;
 
@@ -401,13 +409,28 @@ class ShmConn {
     return aref(w).load(std::memory_order_seq_cst) != 0 &&
            aref(w).exchange(0, std::memory_order_seq_cst) != 0;
   }
+  uint64_t hot_window() const { return std::min(kHotWindow, min_win_); }
   // Widens the window for a record of `rec` bytes so that four of them fit,
   // as in a whole ring (max_rec_ is a quarter of it).
   void fit_window_locked(uint64_t rec) {
-    if (rec * 4 <= min_win_) return;
-    ++wide_records_;
+    if (rec * 4 > min_win_) {
+      ++wide_records_;
+      punch_ = false;
+    } else if (rec * 4 <= win_) {
+      return;
+    } else {
+      ++widened_;
+    }
     while (win_ < rec * 4 && win_ < ring_) win_ <<= 1;
-    punch_ = false;
+  }
+  // The consumer has not released the window's start, where the next record
+  // would wrap to: rather than wait for it, the window doubles, up to the
+  // share, so that a stream gets the whole share. False at the share.
+  bool widen_locked() {
+    if (win_ >= min_win_) return false;
+    win_ <<= 1;
+    ++widened_;
+    return true;
   }
   // Bytes a record may take from ring offset idx on. A narrowed window ends a
   // record alignment early, so the pad that follows is inside it too and the

@@ -43,6 +43,11 @@ inline constexpr size_t kRecAlign = 64;
 inline constexpr uint32_t kMinRingBytes = 4096;
 inline constexpr uint32_t kMaxRingBytes = 1u << 30;
 inline constexpr uint64_t kMinWindow = 16u << 10;  // smallest share of shm.ring_budget_bytes
+// Where a connection's records go while its consumer keeps up: the start of
+// its share, cycled through (1024 small records), so a ping-pong reuses warm,
+// resident lines instead of faulting in a fresh page every 64 records on its
+// first lap of a 4 MiB ring. A consumer that lags widens it (ShmConn).
+inline constexpr uint64_t kHotWindow = 64u << 10;
 
 /// Start of the segment; written once by the connector before it is shared.
 struct SegHeader {
