@@ -146,13 +146,22 @@ class EngineCollector final : public prometheus::Collectable {
         family("ltier_transport_retransmits_total",
                "ud: datagrams sent again (timeouts, reported holes)", MetricType::Counter);
     auto cuts = family("ltier_transport_window_cuts_total",
-                       "ud: congestion window cuts (losses, timeouts)", MetricType::Counter);
+                       "ud: congestion window cuts (marks, losses, timeouts)", MetricType::Counter);
+    auto mark_cuts =
+        family("ltier_transport_window_mark_cuts_total",
+               "ud: congestion window cuts that answered a receiver's mark", MetricType::Counter);
+    auto marks = family("ltier_transport_marks_sent_total",
+                        "ud: acknowledgements this node marked, short of receive buffers",
+                        MetricType::Counter);
     for (const auto& [name, t] : transports) {
       if (name != "ud") continue;
-      add(&rexmit, {{"node", node}, {"transport", name}}, static_cast<double>(t.retransmits));
-      add(&cuts, {{"node", node}, {"transport", name}}, static_cast<double>(t.window_cuts));
+      const std::vector<ClientMetric::Label> l{{"node", node}, {"transport", name}};
+      add(&rexmit, l, static_cast<double>(t.retransmits));
+      add(&cuts, l, static_cast<double>(t.window_cuts));
+      add(&mark_cuts, l, static_cast<double>(t.mark_cuts));
+      add(&marks, l, static_cast<double>(t.marks_sent));
     }
-    for (auto* f : {&rexmit, &cuts}) {
+    for (auto* f : {&rexmit, &cuts, &mark_cuts, &marks}) {
       if (!f->metric.empty()) out.push_back(std::move(*f));
     }
     add_peer_traffic(node, transports, traffic, &out);

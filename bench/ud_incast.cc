@@ -1,6 +1,7 @@
 // ud_incast: N senders stream into one receiver over the ud transport, with
-// the congestion window adaptive (verbs.ud_congestion: 1) and fixed (0),
-// alternating round by round in one run. Each sender and the receiver is a
+// each congestion mode (verbs.ud_congestion: 1, losses and the receiver's
+// marks; 2, marks only; 0, a fixed window), their order rotating round by
+// round in one run. Each sender and the receiver is a
 // UdTransport of its own (its own UD QP) on its own thread, on the real
 // device (Soft-RoCE in tests/rdma's guest). Prints, per round, the goodput
 // and the datagrams sent again; then the medians of each mode.
@@ -47,16 +48,18 @@ struct Options {
 
 struct Round {
   double seconds = 0;
-  uint64_t retransmits = 0, cuts = 0, datagrams = 0;
+  uint64_t retransmits = 0, cuts = 0, mark_cuts = 0, marks = 0, datagrams = 0;
   bool ok = false;
 };
 
-std::unique_ptr<Transport> make(const Options& o, bool adaptive, NodeId node) {
+constexpr const char* kModeName[3] = {"fixed", "adaptive", "marks"};
+
+std::unique_ptr<Transport> make(const Options& o, uint32_t mode, NodeId node) {
   Config c;
   c.verbs.ud_recv_buffers = o.recv_buffers;
   c.verbs.ud_window = o.window;
   c.verbs.ud_send_slots = std::max<uint32_t>(4096, 2 * o.window);
-  c.verbs.ud_congestion = adaptive ? 1 : 0;
+  c.verbs.ud_congestion = mode;
   c.verbs.ud_loss_percent = o.loss;
   auto t = make_ud_transport(c);
   if (!t.is_ok()) {
@@ -83,13 +86,13 @@ void nap(Transport* t) {
   ::poll(&p, 1, 1);
 }
 
-Round run_round(const Options& o, bool adaptive) {
+Round run_round(const Options& o, uint32_t mode) {
   Round r;
-  auto rx = make(o, adaptive, 1);
+  auto rx = make(o, mode, 1);
   std::vector<std::unique_ptr<Transport>> tx;
   std::vector<std::unique_ptr<Endpoint>> eps;
   for (int i = 0; i < o.senders; ++i) {
-    tx.push_back(make(o, adaptive, static_cast<NodeId>(2 + i)));
+    tx.push_back(make(o, mode, static_cast<NodeId>(2 + i)));
     auto ep = tx.back()->connect(PeerInfo{1, "", {{"ud", rx->local_address()}}},
                                  Deadline::after_ms(10000));
     if (!ep.is_ok()) {
@@ -136,7 +139,9 @@ Round run_round(const Options& o, bool adaptive) {
     const TransportStats st = t->stats();
     r.retransmits += st.retransmits;
     r.cuts += st.window_cuts;
+    r.mark_cuts += st.mark_cuts;
   }
+  r.marks = rx->stats().marks_sent;
   const uint32_t payload_max = 1024 - 48;  // rxe's MTU less the datagram header
   r.datagrams = want * ((o.bytes + payload_max - 1) / payload_max);
   return r;
@@ -178,28 +183,29 @@ int main(int argc, char** argv) {
       "ud incast: %d senders x %d messages of %u B into one receiver with %u receive "
       "buffers, flow window %u, %u%% of datagrams dropped on receipt\n",
       o.senders, o.messages, o.bytes, o.recv_buffers, o.window, o.loss);
-  std::printf("%-5s %-9s %9s %10s %12s %10s %6s\n", "round", "window", "seconds", "MB/s", "resent",
-              "datagrams", "cuts");
-  std::vector<double> mbs[2], resent[2];
+  std::printf("%-5s %-9s %9s %10s %12s %10s %6s %10s %6s\n", "round", "window", "seconds", "MB/s",
+              "resent", "datagrams", "cuts", "mark_cuts", "marks");
+  std::vector<double> mbs[3], resent[3];
   int failed = 0;
   for (int k = 0; k < o.rounds; ++k) {
-    for (int mode = 0; mode < 2; ++mode) {
-      const bool adaptive = (k + mode) % 2 == 0;  // alternate which goes first
-      const Round r = run_round(o, adaptive);
+    for (uint32_t i = 0; i < 3; ++i) {
+      const uint32_t mode = (i + static_cast<uint32_t>(k)) % 3;  // rotate which goes first
+      const Round r = run_round(o, mode);
       const double mb = double(o.senders) * o.messages * o.bytes / 1e6 / r.seconds;
-      std::printf("%-5d %-9s %9.3f %10.1f %12llu %10llu %6llu%s\n", k,
-                  adaptive ? "adaptive" : "fixed", r.seconds, mb,
-                  static_cast<unsigned long long>(r.retransmits),
+      std::printf("%-5d %-9s %9.3f %10.1f %12llu %10llu %6llu %10llu %6llu%s\n", k, kModeName[mode],
+                  r.seconds, mb, static_cast<unsigned long long>(r.retransmits),
                   static_cast<unsigned long long>(r.datagrams),
-                  static_cast<unsigned long long>(r.cuts), r.ok ? "" : "  INCOMPLETE");
+                  static_cast<unsigned long long>(r.cuts),
+                  static_cast<unsigned long long>(r.mark_cuts),
+                  static_cast<unsigned long long>(r.marks), r.ok ? "" : "  INCOMPLETE");
       failed += !r.ok;
-      mbs[adaptive].push_back(mb);
-      resent[adaptive].push_back(double(r.retransmits) / double(r.datagrams));
+      mbs[mode].push_back(mb);
+      resent[mode].push_back(double(r.retransmits) / double(r.datagrams));
     }
   }
-  for (int a = 1; a >= 0; --a) {
-    std::printf("median %-9s %.1f MB/s, %.3f datagrams sent again per datagram\n",
-                a ? "adaptive" : "fixed", median(mbs[a]), median(resent[a]));
+  for (uint32_t m : {1u, 2u, 0u}) {
+    std::printf("median %-9s %.1f MB/s, %.3f datagrams sent again per datagram\n", kModeName[m],
+                median(mbs[m]), median(resent[m]));
   }
   return failed == 0 ? 0 : 1;
 }

@@ -74,10 +74,11 @@ struct VerbsConfig {
   uint32_t bounce_bytes = 256u << 10;      // per QP: staging for unregistered local buffers
   uint32_t spin_us = 20;                   // a one-sided op polls this long at least, then sleeps
   uint32_t connect_timeout_ms = 2000;
-  std::string atomic_mode = "auto";    // auto: rc peers' atomics native; cpu: by request
-  uint32_t ud_window = 128;            // ud: datagrams in flight per peer (a power of two)
-  uint32_t ud_congestion = 1;          // ud: 1: a congestion window below ud_window; 0: fixed
-  uint32_t ud_send_slots = 4096;       // ud: registered send buffers of one MTU, all peers
+  std::string atomic_mode = "auto";  // auto: rc peers' atomics native; cpu: by request
+  uint32_t ud_window = 128;          // ud: datagrams in flight per peer (a power of two)
+  uint32_t ud_congestion = 1;     // ud: a congestion window below ud_window moved by 1: receivers'
+                                  // marks, losses and timeouts; 2: marks only; 0: fixed
+  uint32_t ud_send_slots = 4096;  // ud: registered send buffers of one MTU, all peers
   uint32_t ud_recv_buffers = 1024;     // ud: receive buffers of one MTU
   uint32_t ud_peer_timeout_ms = 5000;  // ud: a peer silent this long while data waits is lost
   uint32_t ud_loss_percent = 0;        // ud, tests only: datagrams dropped on receipt

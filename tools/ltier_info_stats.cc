@@ -138,8 +138,11 @@ void show(const std::string& text) {
   printf("\n");
   for (auto& [t, f] : transports) {
     if (f.count("ltier_transport_retransmits_total") == 0) continue;
-    printf("%s: %.0f datagrams sent again, %.0f congestion window cuts\n", t.c_str(),
-           f["ltier_transport_retransmits_total"], f["ltier_transport_window_cuts_total"]);
+    printf(
+        "%s: %.0f datagrams sent again, %.0f congestion window cuts (%.0f for marks), %.0f "
+        "acknowledgements marked\n",
+        t.c_str(), f["ltier_transport_retransmits_total"], f["ltier_transport_window_cuts_total"],
+        f["ltier_transport_window_mark_cuts_total"], f["ltier_transport_marks_sent_total"]);
   }
   if (!peers.empty()) {
     printf("%-8s %-9s %12s %14s %12s %14s\n", "peer", "transport", "tx_ops", "tx_bytes", "rx_ops",

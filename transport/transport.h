@@ -267,7 +267,9 @@ struct TransportStats {
   uint64_t spare_queue_pairs = 0;  // rc: QPs made ahead of need, not connected yet
   uint64_t registrations = 0;      // rc: memory registrations with the device
   uint64_t retransmits = 0;        // ud: datagrams sent again (timeouts, reported holes)
-  uint64_t window_cuts = 0;        // ud: congestion window cuts (losses, timeouts)
+  uint64_t window_cuts = 0;        // ud: congestion window cuts (marks, losses, timeouts)
+  uint64_t mark_cuts = 0;          // ud: those cuts that answered a receiver's mark
+  uint64_t marks_sent = 0;         // ud: acknowledgements this node marked (short of buffers)
 };
 
 class Transport {

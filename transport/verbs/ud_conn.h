@@ -78,8 +78,9 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
   /// Sends the kSyn that opens this node's stream: once, first. False when
   /// no send slot is free.
   bool start(const UdSyn& syn);
-  /// The poller: an acknowledgement of this node's stream.
-  void on_ack(uint32_t cum, uint64_t sack, uint64_t now);
+  /// The poller: an acknowledgement of this node's stream; `marked` when
+  /// the receiver was short of receive buffers (kUdMark).
+  void on_ack(uint32_t cum, uint64_t sack, uint64_t now, bool marked = false);
   /// The poller: resends what is due, sends what waits for the window.
   /// Returns when it next needs the poller (0: never); *lost when the peer
   /// gave no sign for `peer_timeout_ns` while datagrams waited.
@@ -105,6 +106,7 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
     bool in_acks = false;  // listed for an acknowledgement after this poll
     bool closed = false;
     bool ack_now = false;  // a duplicate or an early datagram: acknowledge at once
+    bool mark = false;     // datagrams came while buffers ran low: the next ack is marked
     uint32_t unacked = 0;  // datagrams taken since the last acknowledgement
     uint64_t ack_due = 0;  // a delayed acknowledgement is due then; 0: none
   } rx;

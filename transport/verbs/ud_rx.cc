@@ -55,17 +55,66 @@ bool UdTransport::drop_on_purpose() {
 }
 
 size_t UdTransport::poll_recv(std::span<Completion> out, size_t n) {
+  const uint32_t posted_before = rx_posted_;
+  uint32_t reaped = 0;
   if (stash_n_ > 0) {
     stash_n_ = 0;
+    reaped = 1;
     on_datagram(stash_[0], out, &n);
   }
   ibv_wc wc[16];
+  bool drained = false;
   for (int b = 0; b < kRecvBatches && n < out.size(); ++b) {
     const int k = ibv_poll_cq(dev_->recv_cq(), 16, wc);
     for (int i = 0; i < k; ++i) on_datagram(wc[i], out, &n);
-    if (k < 16) break;
+    reaped += static_cast<uint32_t>(std::max(k, 0));
+    if (k < 16) {
+      drained = true;
+      break;
+    }
   }
+  if (rx_mark_ != 0 && reaped != 0) mark_if_low(posted_before, reaped, drained);
   return n;
+}
+
+// The receiver's signal (ud_cwnd.h): the acknowledgements of streams whose
+// datagrams came while this node's posted receive buffers ran low are
+// marked (kUdMark), so their senders cut their windows before the device
+// starts dropping. Low: the buffers posted when this poll began less the
+// datagrams it reaped (all of which the device had taken by then) fell
+// below rx_mark_; or, where a poll cannot tell (it stopped at its most),
+// the device's SRQ limit event came. Marking goes on until a poll drains
+// the queue with rx_mark_ posted again; then the device's limit is set
+// again (one system call per low spell, none while the receiver keeps up).
+void UdTransport::mark_if_low(uint32_t posted_before, uint32_t reaped, bool drained) {
+  if (!drained && srq_limit_set_) dev_->events().read();
+  if (srq_fired_.load(std::memory_order_relaxed) && srq_fired_.exchange(false)) {
+    srq_limit_set_ = false;  // the device turned it off when it fired
+    rx_low_ = true;
+  }
+  if (posted_before < rx_mark_ + reaped) rx_low_ = true;
+  if (!rx_low_) return;
+  for (UdConn* c : acks_) {
+    c->rx.mark = true;
+    c->rx.ack_now = true;
+  }
+  if (drained && rx_posted_ >= rx_mark_) {
+    rx_low_ = false;
+    if (!srq_limit_set_) set_srq_limit();
+  }
+}
+
+// Arms the SRQ's limit event at rx_mark_ posted buffers. A device that
+// refuses it leaves the signal to the poller's own count.
+void UdTransport::set_srq_limit() {
+  ibv_srq_attr a{};
+  a.srq_limit = rx_mark_;
+  if (int rc = ibv_modify_srq(dev_->srq(), &a, IBV_SRQ_LIMIT); rc != 0) {
+    LT_DEBUG("ud: the receive queue's limit event cannot be set on %s: %s",
+             dev_->choice().device.c_str(), std::strerror(rc));
+    return;
+  }
+  srq_limit_set_ = true;
 }
 
 void UdTransport::on_datagram(const ibv_wc& wc, std::span<Completion> out, size_t* n) {
@@ -94,7 +143,9 @@ void UdTransport::on_datagram(const ibv_wc& wc, std::span<Completion> out, size_
     }
     return post_recv(idx);
   }
-  if (h.ack_stream != 0 && h.ack_stream == c->tx_stream()) c->on_ack(h.ack, h.sack, now_ns());
+  if (h.ack_stream != 0 && h.ack_stream == c->tx_stream()) {
+    c->on_ack(h.ack, h.sack, now_ns(), h.type == UdType::kAck && (h.flags & kUdMark) != 0);
+  }
   if ((h.type != UdType::kData && h.type != UdType::kSyn) || c->rx.stream == 0 ||
       h.stream != c->rx.stream) {
     return post_recv(idx);
@@ -257,8 +308,8 @@ void UdTransport::deliver(const Completion& c, std::span<Completion> out, size_t
 
 void UdTransport::send_ack(UdConn& c, uint64_t now) {
   UdConn::Rx& r = c.rx;
-  const bool needed =
-      r.ack_now || r.held_count != 0 || c.acked_upto.load(std::memory_order_acquire) != r.next;
+  const bool needed = r.ack_now || r.mark || r.held_count != 0 ||
+                      c.acked_upto.load(std::memory_order_acquire) != r.next;
   r.ack_now = false;
   r.unacked = 0;
   r.ack_due = 0;
@@ -271,6 +322,7 @@ void UdTransport::send_ack(UdConn& c, uint64_t now) {
   }
   UdHeader h{};
   h.type = UdType::kAck;
+  h.flags = r.mark ? kUdMark : 0;
   h.src = self();
   h.dst = c.peer();
   h.ack_stream = r.stream;
@@ -286,6 +338,8 @@ void UdTransport::send_ack(UdConn& c, uint64_t now) {
     return;
   }
   c.acked_upto.store(r.next, std::memory_order_release);
+  if (r.mark) marks_sent_.fetch_add(1, std::memory_order_relaxed);
+  r.mark = false;
 }
 
 void UdTransport::flush_acks(uint64_t now) {

@@ -1,6 +1,7 @@
-// UdTransport itself: the device, the UD QP and its buffers, send slots,
-// connections, timers and the poller's loop. The receive path is in
-// ud_rx.cc, a connection's send side in ud_tx.cc.
+// UdTransport itself: the device, the UD QP and its buffers, connections,
+// timers and the poller's loop. The send slots and posts are in
+// ud_slots.cc, the receive path in ud_rx.cc, a connection's send side in
+// ud_tx.cc.
 #include "transport/verbs/ud_transport.h"
 
 #include <infiniband/verbs.h>
@@ -42,6 +43,7 @@ bool lower_to(std::atomic<uint64_t>& a, uint64_t v) {
 UdTransport::UdTransport(const Config& config) : config_(config.verbs) {}
 
 UdTransport::~UdTransport() {
+  if (srq_watched_) dev_->events().unwatch_srq(dev_->srq());
   if (qp_ != nullptr && send_region_) say_bye();
   conns_.for_each_locked([](UdConn& c) {
     c.dead_.store(true);
@@ -63,11 +65,11 @@ Status UdTransport::init(TransportShare* share) {
   const VerbsConfig& c = config_;
   if (c.ud_window < 8 || c.ud_window > kMaxUdWindow || (c.ud_window & (c.ud_window - 1)) != 0 ||
       c.ud_send_slots < 2 * c.ud_window || c.ud_recv_buffers < 16 || c.max_msg_bytes == 0 ||
-      c.ud_loss_percent > 50 || c.ud_peer_timeout_ms == 0 || c.ud_congestion > 1) {
+      c.ud_loss_percent > 50 || c.ud_peer_timeout_ms == 0 || c.ud_congestion > 2) {
     LT_ERROR(
         "ud: verbs.ud_window must be a power of two from 8 to %u, verbs.ud_send_slots at least "
         "twice it, verbs.ud_recv_buffers at least 16, verbs.ud_loss_percent at most 50, "
-        "verbs.ud_peer_timeout_ms above 0, verbs.ud_congestion 0 or 1",
+        "verbs.ud_peer_timeout_ms above 0, verbs.ud_congestion 0, 1 or 2",
         kMaxUdWindow);
     return Code::kInvalidArg;
   }
@@ -203,6 +205,12 @@ Status UdTransport::make_buffers() {
   }
   for (uint32_t i = 0; i < config_.ud_recv_buffers; ++i) post_recv(i);
   rx_reserve_ = config_.ud_recv_buffers / 2;
+  if (config_.ud_congestion != 0) {
+    rx_mark_ = std::max<uint32_t>(config_.ud_recv_buffers / 4, 1);
+    dev_->events().watch_srq(dev_->srq(), &srq_fired_);
+    srq_watched_ = true;
+    set_srq_limit();
+  }
   stash_.reset(new ibv_wc[1]);
   return Status::ok();
 }
@@ -225,113 +233,9 @@ TransportStats UdTransport::stats() const {
   s.registrations = 2;
   s.retransmits = retransmits_.load(std::memory_order_relaxed);
   s.window_cuts = window_cuts_.load(std::memory_order_relaxed);
+  s.mark_cuts = mark_cuts_.load(std::memory_order_relaxed);
+  s.marks_sent = marks_sent_.load(std::memory_order_relaxed);
   return s;
-}
-
-// --- send slots and posts ---
-
-bool UdTransport::take_slots(uint32_t n, uint32_t* out) {
-  std::lock_guard<SpinLock> g(free_mu_);
-  if (free_slots_.size() < n) return false;
-  for (uint32_t i = 0; i < n; ++i) {
-    out[i] = free_slots_.back();
-    free_slots_.pop_back();
-  }
-  return true;
-}
-
-void UdTransport::free_slot(uint32_t slot) {
-  slot_state_[slot].store(0, std::memory_order_relaxed);
-  std::lock_guard<SpinLock> g(free_mu_);
-  free_slots_.push_back(slot);
-}
-
-void UdTransport::slot_posted(uint32_t slot) {
-  slot_state_[slot].fetch_add(1, std::memory_order_acq_rel);
-}
-
-// The device is done with one post of `slot`; the last one of a released
-// slot frees it.
-void UdTransport::slot_done(uint32_t slot) {
-  if (slot_state_[slot].fetch_sub(1, std::memory_order_acq_rel) == (kReleased | 1)) free_slot(slot);
-}
-
-void UdTransport::release_slot(uint32_t slot) {
-  if (slot == kNoSlot) return;
-  const uint32_t prev = slot_state_[slot].fetch_or(kReleased, std::memory_order_acq_rel);
-  if ((prev & kInDeviceMask) == 0) free_slot(slot);
-}
-
-size_t UdTransport::send(UdConn& c, const UdSend* s, size_t n) {
-  const uint32_t used = sq_used_.fetch_add(static_cast<uint32_t>(n), std::memory_order_acq_rel);
-  size_t grant = n;
-  if (used + n > sq_depth_) {
-    grant = used >= sq_depth_ ? 0 : sq_depth_ - used;
-    sq_used_.fetch_sub(static_cast<uint32_t>(n - grant), std::memory_order_acq_rel);
-  }
-  ibv_ah* ah = c.ah();
-  if (grant > 0 && ah != nullptr) {
-    ibv_send_wr wr[kUdBatch];
-    ibv_sge sge[kUdBatch];
-    for (size_t i = 0; i < grant; ++i) {
-      sge[i].addr = reinterpret_cast<uint64_t>(slot_ptr(s[i].slot));
-      sge[i].length = s[i].bytes;
-      sge[i].lkey = send_region_->lkey();
-      wr[i] = ibv_send_wr{};
-      wr[i].wr_id = s[i].slot;
-      wr[i].sg_list = &sge[i];
-      wr[i].num_sge = 1;
-      wr[i].opcode = IBV_WR_SEND;
-      wr[i].send_flags = IBV_SEND_SIGNALED;
-      wr[i].wr.ud.ah = ah;
-      wr[i].wr.ud.remote_qpn = c.qpn();
-      wr[i].wr.ud.remote_qkey = kUdQkey;
-      wr[i].next = i + 1 < grant ? &wr[i + 1] : nullptr;
-    }
-    ibv_send_wr* bad = nullptr;
-    if (int rc = ibv_post_send(qp_, wr, &bad); rc != 0) {
-      const size_t posted = bad != nullptr ? static_cast<size_t>(bad - wr) : 0;
-      LT_DEBUG("ud: ibv_post_send took %zu of %zu: %s", posted, grant, std::strerror(rc));
-      sq_used_.fetch_sub(static_cast<uint32_t>(grant - posted), std::memory_order_acq_rel);
-      grant = posted;
-    }
-  } else if (grant > 0) {
-    sq_used_.fetch_sub(static_cast<uint32_t>(grant), std::memory_order_acq_rel);
-    grant = 0;
-  }
-  for (size_t i = grant; i < n; ++i) slot_done(s[i].slot);
-  return grant;
-}
-
-void UdTransport::poll_send_cq() {
-  ibv_wc wc[32];
-  int k;
-  while ((k = ibv_poll_cq(dev_->cq(), 32, wc)) > 0) {
-    for (int i = 0; i < k; ++i) {
-      if (wc[i].status != IBV_WC_SUCCESS) {
-        LT_DEBUG("ud: a send failed: %s", ibv_wc_status_str(wc[i].status));
-      }
-      slot_done(static_cast<uint32_t>(wc[i].wr_id));
-    }
-    sq_used_.fetch_sub(static_cast<uint32_t>(k), std::memory_order_acq_rel);
-  }
-}
-
-void UdTransport::report_send_done(uint64_t wr_id) {
-  done_.push(wr_id, Code::kOk);
-  if (armed_.load(std::memory_order_seq_cst)) kick();
-}
-
-void UdTransport::note_backlog(UdConn* c) {
-  {
-    std::lock_guard<std::mutex> g(backlog_mu_);
-    if (std::none_of(backlogged_.begin(), backlogged_.end(),
-                     [&](const auto& p) { return p.get() == c; })) {
-      backlogged_.push_back(c->shared_from_this());
-    }
-    has_backlog_.store(true, std::memory_order_seq_cst);
-  }
-  if (armed_.load(std::memory_order_seq_cst)) kick();
 }
 
 // --- timers and the poller ---
@@ -415,7 +319,8 @@ void UdTransport::handle_events() {
 
 bool UdTransport::drop_carried_ack(UdConn& c) {
   UdConn::Rx& r = c.rx;
-  if (r.ack_now || r.held_count != 0 || c.acked_upto.load(std::memory_order_acquire) != r.next) {
+  if (r.ack_now || r.mark || r.held_count != 0 ||
+      c.acked_upto.load(std::memory_order_acquire) != r.next) {
     return false;
   }
   r.ack_due = 0;
@@ -445,7 +350,8 @@ void UdTransport::settle_timer(uint64_t now) {
 // makes the device raise an event per datagram, which a caller polling for
 // its reply would pay for with nobody asleep to wake.
 void UdTransport::prepare_sleep() {
-  handle_events();  // a stale event or timer expiry would end the sleep at once
+  dev_->events().read();  // the device's own events (async_events.h), before the poller sleeps
+  handle_events();        // a stale event or timer expiry would end the sleep at once
   try_arm();
 }
 

@@ -85,7 +85,11 @@ class UdTransport final : public Transport {
   void note_backlog(UdConn* c);
   /// A datagram went out again; a connection's congestion window was cut.
   void note_retransmit() { retransmits_.fetch_add(1, std::memory_order_relaxed); }
-  void note_window_cut() { window_cuts_.fetch_add(1, std::memory_order_relaxed); }
+  /// `marked`: the cut answered a receiver's mark, not a loss or a timeout.
+  void note_window_cut(bool marked = false) {
+    window_cuts_.fetch_add(1, std::memory_order_relaxed);
+    if (marked) mark_cuts_.fetch_add(1, std::memory_order_relaxed);
+  }
   /// Receive buffers posted now (for the log).
   uint32_t rx_posted() const { return rx_posted_; }
   /// A connection needs the poller by `at_ns` (a retransmission timer).
@@ -116,6 +120,8 @@ class UdTransport final : public Transport {
   /// (true), so that no ack of its own follows.
   static bool drop_carried_ack(UdConn& c);
   void flush_acks(uint64_t now);
+  void mark_if_low(uint32_t posted_before, uint32_t reaped, bool drained);
+  void set_srq_limit();
   void post_recv(uint32_t idx);
   UdConn* conn_of(NodeId node);
   void note_ack(UdConn& c);
@@ -173,6 +179,14 @@ class UdTransport final : public Transport {
   int stash_n_ = 0;
   uint32_t rx_posted_ = 0;   // the poller's
   uint32_t rx_reserve_ = 0;  // early datagrams are held only while this many stay posted
+  // The receiver's signal (mark_if_low): below rx_mark_ buffers posted the
+  // acks are marked; 0: no marks (verbs.ud_congestion 0). The device's SRQ
+  // limit event sets srq_fired_ (through the context's AsyncEvents).
+  uint32_t rx_mark_ = 0;
+  bool rx_low_ = false;         // the poller's: marking until drained and refilled
+  bool srq_limit_set_ = false;  // the poller's: the device's limit is armed
+  bool srq_watched_ = false;
+  std::atomic<bool> srq_fired_{false};
 
   // The poller's.
   std::deque<Completion> ready_;  // completions found while `out` was full
@@ -184,7 +198,7 @@ class UdTransport final : public Transport {
 
   DoneQueue done_;  // user-signaled sends, reported by the next poll
   std::atomic<bool> has_broken_{false};
-  std::atomic<uint64_t> retransmits_{0}, window_cuts_{0};
+  std::atomic<uint64_t> retransmits_{0}, window_cuts_{0}, mark_cuts_{0}, marks_sent_{0};
 };
 
 }  // namespace lt::transport::verbs

@@ -62,7 +62,7 @@ UdConn::UdConn(UdTransport* t, NodeId peer, ibv_ah* ah, uint32_t qpn, uint32_t m
       // posts meet back-pressure (kWrMustQueue posts and a message when
       // none waits always go): half the send slots' bytes.
       waiting_cap_(size_t{t->config().ud_send_slots} * mtu / 2),
-      cwnd_(window_, 0, t->config().ud_congestion != 0),
+      cwnd_(window_, 0, static_cast<UdCwnd::Mode>(t->config().ud_congestion)),
       rto_ns_(kFirstRtoNs) {
   segs_.resize(window_);
   want_.resize(2 * window_);  // a slot freed while wanted leaves a stale entry
@@ -281,10 +281,11 @@ void UdConn::rtt_sample(uint64_t rtt) {
   rto_ns_ = std::clamp(srtt_ns_ + 4 * rttvar_ns_, kMinRtoNs, kMaxRtoNs);
 }
 
-void UdConn::on_ack(uint32_t cum, uint64_t sack, uint64_t now) {
+void UdConn::on_ack(uint32_t cum, uint64_t sack, uint64_t now, bool marked) {
   std::unique_lock<std::mutex> lock(tx_mu_);
   if (seq_before(nxt_, cum) || seq_before(cum, una_)) return;  // stale, or never sent
   progress_ns_ = now;
+  if (marked && cwnd_.on_mark(cum, nxt_)) t_->note_window_cut(true);
   // An RTT sample from the newest datagram acknowledged, if no datagram in
   // the range was resent (Karn): a jump over a recovered hole measures the
   // recovery, not the path.

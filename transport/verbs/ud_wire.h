@@ -24,6 +24,10 @@ inline constexpr uint32_t kGrhBytes = 40;  // a UD receive starts with the GRH
 enum class UdType : uint8_t { kData = 1, kSyn = 2, kAck = 3, kBye = 4 };
 inline constexpr uint8_t kUdFirst = 1;  // UdHeader::flags: the message's first fragment
 inline constexpr uint8_t kUdLast = 2;   // ... and its last
+// UdHeader::flags of a kAck: the acknowledging node's posted receive
+// buffers ran low while datagrams of the acknowledged stream came (a
+// congestion mark, ud_cwnd.h). Nodes that predate it ignore the bit.
+inline constexpr uint8_t kUdMark = 4;
 
 struct UdHeader {
   UdType type;

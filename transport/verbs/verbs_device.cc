@@ -40,6 +40,7 @@ Result<std::shared_ptr<VerbsContext>> VerbsContext::open(const std::string& devi
     *why = "cannot make a protection domain on " + device + ": " + std::strerror(errno);
     return Code::kNoMemory;
   }
+  c->events_ = std::make_unique<AsyncEvents>(c->ctx_, device);
   ibv_device_attr da{};
   if (ibv_query_device(c->ctx_, &da) == 0) {
     c->max_cqe_ = static_cast<uint32_t>(da.max_cqe);

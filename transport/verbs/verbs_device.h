@@ -2,8 +2,10 @@
 // (VerbsContext), a transport's completion channel and queues on it
 // (VerbsDevice), and memory registered in the domain (Region).
 //
-// Thread contract: a VerbsContext is immutable once opened; a VerbsDevice is
-// polled by one thread at a time; Regions are immutable once made.
+// Thread contract: a VerbsContext is immutable once opened but for its
+// async events (async_events.h: any thread reads them, one at a time); a
+// VerbsDevice is polled by one thread at a time; Regions are immutable once
+// made.
 #pragma once
 
 #include <array>
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "transport/verbs/async_events.h"
 #include "transport/verbs/device.h"
 
 struct ibv_context;
@@ -57,12 +60,15 @@ class VerbsContext {
   ibv_pd* pd() const { return pd_; }
   uint32_t max_cqe() const { return max_cqe_; }
   bool atomics_global() const { return atomics_global_; }
+  /// The device's asynchronous events, read by whichever transport asks.
+  AsyncEvents& events() const { return *events_; }
 
  private:
   VerbsContext() = default;
   std::string device_;
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
+  std::unique_ptr<AsyncEvents> events_;
   uint32_t max_cqe_ = 0;
   bool atomics_global_ = false;
 };
@@ -107,6 +113,9 @@ class VerbsDevice {
   /// memory (atomic_cap IBV_ATOMIC_GLOB); otherwise only with respect to
   /// other atomics through this device (IBV_ATOMIC_HCA).
   bool atomics_global() const { return ctx_->atomics_global(); }
+  /// The context's asynchronous events (shared with the engine's other
+  /// verbs transport).
+  AsyncEvents& events() const { return ctx_->events(); }
   /// The chosen GID's 16 bytes and the port's LID (InfiniBand; 0 on RoCE).
   const std::array<uint8_t, 16>& gid() const { return gid_; }
   uint16_t lid() const { return lid_; }

@@ -406,7 +406,8 @@ void VerbsTransport::msg_posting() {
 // wake-up of the channel's waiters), which a caller polling for its reply
 // would pay for with nobody asleep to wake.
 void VerbsTransport::prepare_sleep() {
-  handle_events();  // a stale event would end the sleep at once
+  dev_->events().read();  // the device's own events (async_events.h), before the poller sleeps
+  handle_events();        // a stale event would end the sleep at once
   try_arm();
 }
 

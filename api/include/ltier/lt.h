@@ -342,8 +342,8 @@ typedef struct lt_transport_stats {
   uint64_t spare_queue_pairs; /* rc: QPs made ahead of need, not connected yet */
   uint64_t registrations;     /* rc: memory registrations with the device (pools) */
   uint64_t retransmits;       /* ud: datagrams sent again (timeouts, reported holes) */
-  uint64_t window_cuts;       /* ud: congestion window cuts, summed over peers (losses
-                                 and retransmission timeouts) */
+  uint64_t window_cuts;       /* ud: congestion window cuts, summed over peers (receivers'
+                                 marks, losses and retransmission timeouts) */
 } lt_transport_stats_t;
 typedef struct lt_stats {
   uint64_t served;       /* requests from peers this node's CPU served (messages, RPC,

@@ -1,5 +1,5 @@
 // The ud congestion window's rules (transport/verbs/ud_cwnd.h) against
-// synthetic acknowledgements, losses and timeouts. The transport that uses
+// synthetic acknowledgements, marks, losses and timeouts. The transport that uses
 // it runs in the Soft-RoCE guest (tests/rdma/ud_congestion_test.cc).
 #include "transport/verbs/ud_cwnd.h"
 
@@ -27,8 +27,9 @@ TEST(UdCwnd, StartsAtTheFlowWindowAndStaysThereWithoutLoss) {
 }
 
 TEST(UdCwnd, FixedNeverMoves) {
-  UdCwnd w(64, 0, false);
+  UdCwnd w(64, 0, UdCwnd::Mode::kFixed);
   EXPECT_FALSE(w.on_loss(3, 64));
+  EXPECT_FALSE(w.on_mark(5, 64));
   EXPECT_FALSE(w.on_timeout(64));
   uint32_t una = 0;
   ack_rounds(w, &una, 2);
@@ -101,6 +102,48 @@ TEST(UdCwnd, ATimeoutRestartsSlowStartFromTheFloor) {
   EXPECT_EQ(w.window(), 32u);
   ack_rounds(w, &una, 1);
   EXPECT_EQ(w.window(), 33u);
+}
+
+TEST(UdCwnd, AMarkHalvesOncePerWindowLikeALoss) {
+  UdCwnd w(128);
+  uint32_t una = 0;
+  ack_rounds(w, &una, 1);
+  const uint32_t nxt = una + 128;
+  // The marked ack moves the cumulative ack by 5: the cut comes first.
+  EXPECT_TRUE(w.on_mark(una + 5, nxt));
+  w.on_acked(5, una + 5);
+  EXPECT_EQ(w.window(), 64u);
+  // Marks and losses about the same flight are the same event.
+  EXPECT_FALSE(w.on_mark(una + 40, nxt));
+  w.on_acked(35, una + 40);
+  EXPECT_FALSE(w.on_loss(una + 50, nxt));
+  EXPECT_EQ(w.window(), 64u);
+  EXPECT_EQ(w.cuts(), 1u);
+  EXPECT_EQ(w.marks(), 1u);
+  // Past the flight, a new mark cuts again.
+  w.on_acked(88, nxt);
+  una = nxt;
+  EXPECT_TRUE(w.on_mark(una + 1, una + 64));
+  EXPECT_EQ(w.window(), 32u);
+  EXPECT_EQ(w.marks(), 2u);
+}
+
+TEST(UdCwnd, MarksOnlyIgnoresLossesAndTimeouts) {
+  UdCwnd w(128, 0, UdCwnd::Mode::kMarks);
+  uint32_t una = 0;
+  ack_rounds(w, &una, 1);
+  // A link that drops at random: holes are resent, the window stays.
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(w.on_loss(una + 1 + i, una + 128));
+  EXPECT_EQ(w.window(), 128u);
+  EXPECT_EQ(w.cuts(), 0u);
+  // A resend lost too (a timeout) is resent again, the window kept.
+  EXPECT_FALSE(w.on_timeout(una + 128));
+  EXPECT_EQ(w.window(), 128u);
+  // A receiver short of buffers cuts it.
+  EXPECT_TRUE(w.on_mark(una + 2, una + 128));
+  EXPECT_EQ(w.window(), 64u);
+  EXPECT_EQ(w.cuts(), 1u);
+  EXPECT_EQ(w.marks(), 1u);
 }
 
 TEST(UdCwnd, SequenceNumbersWrap) {
