@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/verbs/rc_qp.h"
+#include "qp_pair.h"
 
 namespace lt::transport::verbs {
 namespace {
@@ -22,24 +22,16 @@ constexpr uint32_t kLimit = 12;
 class SrqLimit : public ::testing::Test {
  protected:
   void SetUp() override {
+    QpPair p;
+    ASSERT_TRUE(open_qp_pair(256, kDepth, &p));
+    dev_ = std::move(p.dev);
+    qa_ = std::move(p.a);
+    qb_ = std::move(p.b);
     std::string why;
-    std::vector<DeviceInfo> devs = list_devices(&why);
-    Result<Choice> c = choose(devs, VerbsConfig{}, &why);
-    ASSERT_TRUE(c.is_ok()) << why;
-    auto d = VerbsDevice::open(*c, 256, &why, kDepth);
-    ASSERT_TRUE(d.is_ok()) << why;
-    dev_ = std::move(*d);
     mem_.assign(4096, 0);
     auto r = Region::make(*dev_, mem_.data(), mem_.size(), &why);
     ASSERT_TRUE(r.is_ok()) << why;
     region_ = std::move(*r);
-    auto qa = RcQp::create(*dev_, RcOptions{}, &why);
-    auto qb = RcQp::create(*dev_, RcOptions{}, &why);
-    ASSERT_TRUE(qa.is_ok() && qb.is_ok()) << why;
-    qa_ = std::move(*qa);
-    qb_ = std::move(*qb);
-    ASSERT_TRUE(qa_->connect(qb_->local(), &why).is_ok()) << why;
-    ASSERT_TRUE(qb_->connect(qa_->local(), &why).is_ok()) << why;
     for (uint32_t i = 0; i < kDepth; ++i) {
       ibv_sge sge{region_->addr() + 2048 + 64 * i, 64, region_->lkey()};
       ibv_recv_wr wr{};

@@ -9,19 +9,20 @@
 #include <cstring>
 #include <vector>
 
+#include "qp_pair.h"
+
 namespace lt::transport::verbs {
 namespace {
 
 class RcPair : public ::testing::Test {
  protected:
   void SetUp() override {
+    QpPair p;
+    ASSERT_TRUE(open_qp_pair(1024, 0, &p));
+    dev_ = std::move(p.dev);
+    qa_ = std::move(p.a);
+    qb_ = std::move(p.b);
     std::string why;
-    std::vector<DeviceInfo> devs = list_devices(&why);
-    Result<Choice> c = choose(devs, VerbsConfig{}, &why);
-    ASSERT_TRUE(c.is_ok()) << why;
-    auto d = VerbsDevice::open(*c, 1024, &why);
-    ASSERT_TRUE(d.is_ok()) << why;
-    dev_ = std::move(*d);
     a_mem_.assign(1 << 16, 0);
     b_mem_.assign(1 << 16, 0);
     auto ra = Region::make(*dev_, a_mem_.data(), a_mem_.size(), &why);
@@ -29,13 +30,6 @@ class RcPair : public ::testing::Test {
     ASSERT_TRUE(ra.is_ok() && rb.is_ok()) << why;
     a_ = std::move(*ra);
     b_ = std::move(*rb);
-    auto qa = RcQp::create(*dev_, RcOptions{}, &why);
-    auto qb = RcQp::create(*dev_, RcOptions{}, &why);
-    ASSERT_TRUE(qa.is_ok() && qb.is_ok()) << why;
-    qa_ = std::move(*qa);
-    qb_ = std::move(*qb);
-    ASSERT_TRUE(qa_->connect(qb_->local(), &why).is_ok()) << why;
-    ASSERT_TRUE(qb_->connect(qa_->local(), &why).is_ok()) << why;
   }
 
   // The completion of wr_id, waiting on the completion channel.
