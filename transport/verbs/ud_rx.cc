@@ -83,25 +83,26 @@ size_t UdTransport::poll_recv(std::span<Completion> out, size_t n) {
 // starts dropping. Low: the buffers posted when this poll began less the
 // datagrams it reaped (all of which the device had taken by then) fell
 // below rx_mark_; or, where a poll cannot tell (it stopped at its most),
-// the device's SRQ limit event came. Marking goes on until a poll drains
-// the queue with rx_mark_ posted again; then the device's limit is set
-// again (one system call per low spell, none while the receiver keeps up).
+// the device's SRQ limit event came. A low spell goes on through the polls
+// that do not drain the queue (the backlog the device built is still being
+// reaped) and ends at one that does and saw enough posted; then the
+// device's limit is set again (one system call per low spell, none while
+// the receiver keeps up).
 void UdTransport::mark_if_low(uint32_t posted_before, uint32_t reaped, bool drained) {
+  bool low = posted_before < rx_mark_ + reaped;
   if (!drained && srq_limit_set_) dev_->events().read();
   if (srq_fired_.load(std::memory_order_relaxed) && srq_fired_.exchange(false)) {
     srq_limit_set_ = false;  // the device turned it off when it fired
-    rx_low_ = true;
+    low = true;
   }
-  if (posted_before < rx_mark_ + reaped) rx_low_ = true;
-  if (!rx_low_) return;
-  for (UdConn* c : acks_) {
-    c->rx.mark = true;
-    c->rx.ack_now = true;
+  if (low || (rx_low_ && !drained)) {
+    for (UdConn* c : acks_) {
+      c->rx.mark = true;
+      c->rx.ack_now = true;
+    }
   }
-  if (drained && rx_posted_ >= rx_mark_) {
-    rx_low_ = false;
-    if (!srq_limit_set_) set_srq_limit();
-  }
+  rx_low_ = !drained && (low || rx_low_);
+  if (drained && !srq_limit_set_ && rx_posted_ >= rx_mark_) set_srq_limit();
 }
 
 // Arms the SRQ's limit event at rx_mark_ posted buffers. A device that
