@@ -60,8 +60,10 @@ int AsyncEvents::read() {
       case IBV_EVENT_QP_REQ_ERR:
       case IBV_EVENT_QP_ACCESS_ERR:
       case IBV_EVENT_PATH_MIG_ERR:
-        LT_WARN("rdma: %s: QP %u: %s (its work requests fail; the connection is made again)",
-                device_.c_str(), e.element.qp->qp_num, what);
+        LT_WARN(
+            "rdma: %s: QP %u: %s (its work requests fail; an rc connection is made again, ud's "
+            "peers time out)",
+            device_.c_str(), e.element.qp->qp_num, what);
         break;
       case IBV_EVENT_CQ_ERR:
       case IBV_EVENT_SRQ_ERR:
