@@ -153,6 +153,9 @@ class EngineCollector final : public prometheus::Collectable {
     auto marks = family("ltier_transport_marks_sent_total",
                         "ud: acknowledgements this node marked, short of receive buffers",
                         MetricType::Counter);
+    auto resets =
+        family("ltier_transport_qp_resets_total",
+               "ud: times its QP was found in error and put back in service", MetricType::Counter);
     for (const auto& [name, t] : transports) {
       if (name != "ud") continue;
       const std::vector<ClientMetric::Label> l{{"node", node}, {"transport", name}};
@@ -160,8 +163,9 @@ class EngineCollector final : public prometheus::Collectable {
       add(&cuts, l, static_cast<double>(t.window_cuts));
       add(&mark_cuts, l, static_cast<double>(t.mark_cuts));
       add(&marks, l, static_cast<double>(t.marks_sent));
+      add(&resets, l, static_cast<double>(t.qp_resets));
     }
-    for (auto* f : {&rexmit, &cuts, &mark_cuts, &marks}) {
+    for (auto* f : {&rexmit, &cuts, &mark_cuts, &marks, &resets}) {
       if (!f->metric.empty()) out.push_back(std::move(*f));
     }
     add_peer_traffic(node, transports, traffic, &out);

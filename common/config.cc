@@ -140,6 +140,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "rc, for tests: the queue pair that carries the Nth work request posted is moved to the "
        "error state, once (0: never), as a retry or access error would",
        K::kU32, &c.verbs.rc_fault_after},
+      {"verbs.ud_fault_after", "LTIER_VERBS_UD_FAULT_AFTER",
+       "ud, for tests: the UD queue pair is moved to the error state at the Nth post, once (0: "
+       "never), as a local error would; ud resets it and sends its datagrams again",
+       K::kU32, &c.verbs.ud_fault_after},
       {"shm.ring_bytes", "LTIER_SHM_RING_BYTES",
        "shm: bytes of each direction's message ring per connection (a power of two, >= 4096); "
        "both rings live in one memfd segment",

@@ -270,6 +270,7 @@ struct TransportStats {
   uint64_t window_cuts = 0;        // ud: congestion window cuts (marks, losses, timeouts)
   uint64_t mark_cuts = 0;          // ud: those cuts that answered a receiver's mark
   uint64_t marks_sent = 0;         // ud: acknowledgements this node marked (short of buffers)
+  uint64_t qp_resets = 0;          // ud: times its QP was found in error and put back in service
 };
 
 class Transport {

@@ -47,7 +47,7 @@ class SrqLimit : public ::testing::Test {
     dev_->events().watch_srq(dev_->srq(), &fired_);
   }
   void TearDown() override {
-    if (dev_) dev_->events().unwatch_srq(dev_->srq());
+    if (dev_) dev_->events().unwatch(dev_->srq());
   }
 
   // `n` SENDs from qa to qb (each takes one of the SRQ's receives), waited

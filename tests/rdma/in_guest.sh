@@ -14,7 +14,7 @@ step "$BUILD/tests/rdma/rdma_conformance_test"
 # The three-node integration suite with LTIER_TRANSPORTS=rc,tcp and again
 # ud,tcp: real ltier-manager and ltier-node processes whose peers meet over
 # rc, or over ud; rc's resources and budget; ud through 10% loss.
-step env LTIER_ITEST_RC=1 "$BUILD/tests/integration/itest_cluster" --gtest_filter='*rc_tcp*:*ud_tcp*:MixedTransports.*:RcResources.*:RcBudget.*:RcRecovery.*:UdLoss.*'
+step env LTIER_ITEST_RC=1 "$BUILD/tests/integration/itest_cluster" --gtest_filter='*rc_tcp*:*ud_tcp*:MixedTransports.*:RcResources.*:RcBudget.*:RcRecovery.*:UdRecovery.*:UdLoss.*'
 # ltier-info shows the device, and marks the port and GID ltier picks.
 echo "== ltier-info --devices"
 out=$("$BUILD/tools/ltier-info" --devices 2>&1)

@@ -19,14 +19,20 @@ AsyncEvents::AsyncEvents(ibv_context* ctx, std::string device)
   }
 }
 
-void AsyncEvents::watch_srq(ibv_srq* srq, std::atomic<bool>* fired) {
+void AsyncEvents::watch(const void* object, std::atomic<bool>* fired) {
   std::lock_guard<std::mutex> g(mu_);
-  srqs_.emplace_back(srq, fired);
+  watched_.emplace_back(object, fired);
 }
 
-void AsyncEvents::unwatch_srq(ibv_srq* srq) {
+void AsyncEvents::unwatch(const void* object) {
   std::lock_guard<std::mutex> g(mu_);
-  std::erase_if(srqs_, [&](const auto& w) { return w.first == srq; });
+  std::erase_if(watched_, [&](const auto& w) { return w.first == object; });
+}
+
+void AsyncEvents::fire(const void* object) {
+  for (auto& [o, fired] : watched_) {
+    if (o == object) fired->store(true, std::memory_order_release);
+  }
 }
 
 int AsyncEvents::read() {
@@ -40,9 +46,7 @@ int AsyncEvents::read() {
     const char* what = ibv_event_type_str(e.event_type);
     switch (e.event_type) {
       case IBV_EVENT_SRQ_LIMIT_REACHED:
-        for (auto& [srq, fired] : srqs_) {
-          if (srq == e.element.srq) fired->store(true, std::memory_order_release);
-        }
+        fire(e.element.srq);
         break;
       case IBV_EVENT_PORT_ACTIVE:
         LT_INFO("rdma: %s port %d is active again (%s)", device_.c_str(), e.element.port_num, what);
@@ -62,8 +66,9 @@ int AsyncEvents::read() {
       case IBV_EVENT_PATH_MIG_ERR:
         LT_WARN(
             "rdma: %s: QP %u: %s (its work requests fail; an rc connection is made again, ud's "
-            "peers time out)",
+            "QP is reset and its datagrams sent again)",
             device_.c_str(), e.element.qp->qp_num, what);
+        fire(e.element.qp);
         break;
       case IBV_EVENT_CQ_ERR:
       case IBV_EVENT_SRQ_ERR:

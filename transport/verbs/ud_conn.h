@@ -89,6 +89,9 @@ class UdConn : public std::enable_shared_from_this<UdConn> {
   uint64_t tx_deadline(uint64_t now, uint64_t peer_timeout_ns);
   /// Sends what waits for slots, the window or the device's send queue.
   void pump();
+  /// The QP was reset (ud_recover.cc): every datagram in flight was lost
+  /// with it, and is sent again now, without a window cut.
+  void resend_in_flight();
   /// Posts that the device did not take: they go again with the next pump.
   void requeue(const UdSend* s, size_t n);
   /// The connection closed: every slot it held goes back, queued data too.

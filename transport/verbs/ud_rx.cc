@@ -122,11 +122,11 @@ void UdTransport::on_datagram(const ibv_wc& wc, std::span<Completion> out, size_
   const auto idx = static_cast<uint32_t>(wc.wr_id);
   --rx_posted_;
   if (wc.status != IBV_WC_SUCCESS) {
-    if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-      LT_DEBUG("ud: a receive failed: %s", ibv_wc_status_str(wc.status));
-      post_recv(idx);
-    }
-    return;
+    // The buffer is the SRQ's again whatever went wrong; the QP may be in
+    // error (recover_qp looks).
+    LT_DEBUG("ud: a receive failed: %s", ibv_wc_status_str(wc.status));
+    note_qp_error();
+    return post_recv(idx);
   }
   const std::byte* buf = rx_buf(idx) + kGrhBytes;
   UdHeader h;

@@ -77,6 +77,7 @@ size_t UdTransport::send(UdConn& c, const UdSend* s, size_t n) {
       sq_used_.fetch_sub(static_cast<uint32_t>(grant - posted), std::memory_order_acq_rel);
       grant = posted;
     }
+    if (config_.ud_fault_after != 0 && grant > 0 && fault_due()) break_qp_for_test();
   } else if (grant > 0) {
     sq_used_.fetch_sub(static_cast<uint32_t>(grant), std::memory_order_acq_rel);
     grant = 0;
@@ -92,6 +93,7 @@ void UdTransport::poll_send_cq() {
     for (int i = 0; i < k; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) {
         LT_DEBUG("ud: a send failed: %s", ibv_wc_status_str(wc[i].status));
+        note_qp_error();
       }
       slot_done(static_cast<uint32_t>(wc[i].wr_id));
     }

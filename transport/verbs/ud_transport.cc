@@ -43,7 +43,8 @@ bool lower_to(std::atomic<uint64_t>& a, uint64_t v) {
 UdTransport::UdTransport(const Config& config) : config_(config.verbs) {}
 
 UdTransport::~UdTransport() {
-  if (srq_watched_) dev_->events().unwatch_srq(dev_->srq());
+  if (srq_watched_) dev_->events().unwatch(dev_->srq());
+  if (qp_watched_) dev_->events().unwatch(qp_);
   if (qp_ != nullptr && send_region_) say_bye();
   conns_.for_each_locked([](UdConn& c) {
     c.dead_.store(true);
@@ -152,6 +153,14 @@ Status UdTransport::make_qp() {
              std::strerror(errno));
     return Code::kNoResource;
   }
+  dev_->events().watch_qp(qp_, &qp_error_);
+  qp_watched_ = true;
+  return ready_qp();
+}
+
+// RESET (a new QP, or one put back after an error) to INIT, RTR and RTS.
+Status UdTransport::ready_qp() {
+  const Choice& c = dev_->choice();
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
@@ -235,6 +244,7 @@ TransportStats UdTransport::stats() const {
   s.window_cuts = window_cuts_.load(std::memory_order_relaxed);
   s.mark_cuts = mark_cuts_.load(std::memory_order_relaxed);
   s.marks_sent = marks_sent_.load(std::memory_order_relaxed);
+  s.qp_resets = qp_resets_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -358,7 +368,10 @@ void UdTransport::prepare_sleep() {
 // Going to sleep: arm the CQs and the timer, then look once more (a
 // completion that came before the arming raises no event).
 void UdTransport::try_arm() {
-  if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
+  if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load() ||
+      sq_fenced_ || qp_error_.load()) {
+    return;
+  }
   // What an earlier arming stashed still waits for a poll: keep it, stay awake.
   if (stash_n_ != 0) {
     kick();
@@ -418,6 +431,7 @@ size_t UdTransport::poll(std::span<Completion> out) {
     }
   }
   if (now >= next_timer_ns_.load(std::memory_order_acquire)) run_timers(now, out, &n);
+  if (sq_fenced_ || qp_error_.load(std::memory_order_acquire)) recover_qp(now);
   return n;
 }
 

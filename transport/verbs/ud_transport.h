@@ -90,6 +90,9 @@ class UdTransport final : public Transport {
     window_cuts_.fetch_add(1, std::memory_order_relaxed);
     if (marked) mark_cuts_.fetch_add(1, std::memory_order_relaxed);
   }
+  /// A completion failed: the QP may be in error; the poller looks
+  /// (recover_qp).
+  void note_qp_error() { qp_error_.store(true, std::memory_order_release); }
   /// Receive buffers posted now (for the log).
   uint32_t rx_posted() const { return rx_posted_; }
   /// A connection needs the poller by `at_ns` (a retransmission timer).
@@ -99,6 +102,11 @@ class UdTransport final : public Transport {
   static constexpr uint32_t kInDeviceMask = 0xffff, kReleased = 0x10000;
   Status open_device(TransportShare* share);
   Status make_qp();
+  Status ready_qp();
+  // ud_recover.cc: a QP in error put back in service.
+  void recover_qp(uint64_t now);
+  bool fault_due();
+  void break_qp_for_test();
   Status make_buffers();
   Result<ibv_ah*> make_ah(const UdAddress& a, std::string* why);
   UdSyn make_syn(NodeId to);
@@ -169,6 +177,17 @@ class UdTransport final : public Transport {
   std::atomic<uint32_t> sq_used_{0};
   uint32_t sq_depth_ = 0;
 
+  // A QP in error (recover_qp): found by a failed completion or the
+  // device's event; while it is reset, sq_used_ carries kSqFence so that no
+  // post is granted, and the poller waits until every post has completed.
+  static constexpr uint32_t kSqFence = 1u << 30;
+  std::atomic<bool> qp_error_{false};
+  bool qp_watched_ = false;
+  bool sq_fenced_ = false;               // the poller's
+  uint64_t fenced_at_ns_ = 0;            // the poller's
+  bool fence_warned_ = false;            // the poller's
+  std::atomic<uint64_t> posts_seen_{0};  // counted only with verbs.ud_fault_after set
+
   // Receive buffers: GRH + one MTU each, all posted to the SRQ but those
   // lent to the engine or held early.
   std::byte* rx_mem_ = nullptr;
@@ -198,7 +217,8 @@ class UdTransport final : public Transport {
 
   DoneQueue done_;  // user-signaled sends, reported by the next poll
   std::atomic<bool> has_broken_{false};
-  std::atomic<uint64_t> retransmits_{0}, window_cuts_{0}, mark_cuts_{0}, marks_sent_{0};
+  std::atomic<uint64_t> retransmits_{0}, window_cuts_{0}, mark_cuts_{0}, marks_sent_{0},
+      qp_resets_{0};
 };
 
 }  // namespace lt::transport::verbs

@@ -394,6 +394,18 @@ void UdConn::pump() {
   post_all(lock);
 }
 
+void UdConn::resend_in_flight() {
+  std::unique_lock<std::mutex> lock(tx_mu_);
+  for (uint32_t s = una_; s != nxt_; ++s) {
+    Seg& g = segs_[s & (window_ - 1)];
+    if (g.sacked || g.sent_ns == 0) continue;
+    g.fast = false;
+    want(s);
+  }
+  fill_locked();
+  post_all(lock);
+}
+
 void UdConn::close_tx() {
   std::lock_guard<std::mutex> g(tx_mu_);
   tx_closed_ = true;

@@ -1,0 +1,94 @@
+// ud's QP put back in service after an error (ARCHITECTURE §6e). A UD QP
+// goes to the error state (or to SQE, the send queue's error state) on a
+// local error: a failed send or receive, or what the device reports as a
+// QP event. Every peer of the node is behind that one QP, so instead of
+// declaring them all lost the poller resets it: it stops granting posts,
+// waits until the device has completed (flushed) every post already made,
+// moves the QP through RESET to RTS again and lets the posts go on. The
+// QP number does not change, so peers notice nothing but lost datagrams,
+// which ltier's acknowledgements send again; no message is lost or failed.
+#include <infiniband/verbs.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/log.h"
+#include "transport/verbs/ud_transport.h"
+
+namespace lt::transport::verbs {
+
+namespace {
+constexpr uint64_t kFenceWarnNs = 1'000'000'000;  // posts still in the device after this: say so
+}
+
+// Runs in the poller while qp_error_ or the fence is set: never blocks.
+void UdTransport::recover_qp(uint64_t now) {
+  const Choice& c = dev_->choice();
+  if (!sq_fenced_) {
+    qp_error_.store(false, std::memory_order_release);
+    ibv_qp_attr a{};
+    ibv_qp_init_attr ia{};
+    if (ibv_query_qp(qp_, &a, IBV_QP_STATE, &ia) == 0 && a.qp_state == IBV_QPS_RTS) {
+      return;  // a failed work request that left the QP in service
+    }
+    LT_WARN(
+        "ud: the UD QP %u on %s port %u is in the %s state; resetting it (its datagrams are "
+        "sent again)",
+        qp_->qp_num, c.device.c_str(), c.port,
+        a.qp_state == IBV_QPS_SQE ? "send queue error" : "error");
+    sq_used_.fetch_add(kSqFence, std::memory_order_acq_rel);
+    sq_fenced_ = true;
+    fenced_at_ns_ = now;
+    fence_warned_ = false;
+  }
+  // Every post granted before the fence completes (flushed, as the QP is in
+  // error) before the reset, so that no slot is left counted in the device.
+  poll_send_cq();
+  if (sq_used_.load(std::memory_order_acquire) != kSqFence) {
+    if (!fence_warned_ && now - fenced_at_ns_ > kFenceWarnNs) {
+      LT_WARN(
+          "ud: %u posts to the UD QP on %s have not completed a second after it failed; "
+          "its peers wait (and are declared lost after verbs.ud_peer_timeout_ms)",
+          sq_used_.load() - kSqFence, c.device.c_str());
+      fence_warned_ = true;
+    }
+    return;
+  }
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RESET;
+  if (int rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE); rc != 0) {
+    LT_ERROR(
+        "ud: the UD QP on %s port %u cannot be reset: %s; its peers are declared lost "
+        "after verbs.ud_peer_timeout_ms",
+        c.device.c_str(), c.port, std::strerror(rc));
+    fenced_at_ns_ = now;  // tried again at the next poll
+    return;
+  }
+  if (!ready_qp().is_ok()) return;  // logged; RESET again at the next poll
+  sq_used_.fetch_sub(kSqFence, std::memory_order_acq_rel);
+  sq_fenced_ = false;
+  qp_resets_.fetch_add(1, std::memory_order_relaxed);
+  LT_INFO("ud: the UD QP %u on %s is in service again", qp_->qp_num, c.device.c_str());
+  // What was in flight went with the error: sent again now rather than at
+  // each datagram's retransmission timeout.
+  for (const auto& sp : std::vector<std::shared_ptr<UdConn>>(conns_.snapshot())) {
+    if (!sp->dead_.load()) sp->resend_in_flight();
+  }
+}
+
+bool UdTransport::fault_due() {
+  return posts_seen_.fetch_add(1, std::memory_order_relaxed) + 1 == config_.ud_fault_after;
+}
+
+// verbs.ud_fault_after: what a local error does to the QP, on purpose.
+void UdTransport::break_qp_for_test() {
+  LT_WARN("ud: moving the UD QP to the error state (verbs.ud_fault_after)");
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  if (int rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE); rc != 0) {
+    LT_WARN("ud: the UD QP could not be moved to the error state: %s", std::strerror(rc));
+  }
+}
+
+}  // namespace lt::transport::verbs
