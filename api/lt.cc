@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/siphash.h"
+#include "common/trace_points.h"
 #include "ltier/manager.h"
 #include "proto/engine.h"
 #include "proto/manager.h"
@@ -381,6 +382,7 @@ int LT_replyRPC(lt_engine_t* e, lt_rpc_token_t token, const void* out, size_t ou
 int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, size_t in_len,
            void* out, size_t out_cap, size_t* out_len) {
   if (e == nullptr || out_len == nullptr) return -LT_ERR_INVAL;
+  LT_TRACE_POINT('B');
   lt::Deadline d = deadline(e);
   size_t n = 0;
   // Out of credits, the call waits for replies to return some.
@@ -388,6 +390,7 @@ int LT_RPC(lt_engine_t* e, lt_node_t node, uint32_t func_id, const void* in, siz
     auto r = e->core.rpc_async(node, func_id, in, in_len, out, out_cap, &n);
     if (!r.is_ok()) return {r.status(), 0};
     int s = rc(e->core.wait_or_cancel(r.value(), d));
+    LT_TRACE_POINT('E');
     if (s == 0 || s == -LT_ERR_TRUNCATED) *out_len = n;
     return {lt::Status::ok(), s};
   });

@@ -13,6 +13,10 @@
 //
 // Without SERVER_IP it serves one client and exits. The client prints
 //   lat op=OP size=S iters=N p50_us=X p99_us=Y   (whole round trips)
+//
+// In a build with LTIER_TRACE_POINTS it records the same trace points as
+// ltier's rc RPC (B/E a round trip, p/q a post, r a receive found), so
+// bench/rpc_timeline.py sets the two timelines side by side.
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -29,6 +33,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "common/trace_points.h"
 
 namespace {
 
@@ -236,7 +242,10 @@ void post_send(const Options& o, Rdma* r, const Wire& peer, uint64_t n) {
     wr.wr.rdma.remote_addr = peer.addr;
     wr.wr.rdma.rkey = peer.rkey;
   }
-  if (ibv_post_send(r->qp, &wr, &bad) != 0) die("ibv_post_send");
+  LT_TRACE_POINT('p');
+  const int rc = ibv_post_send(r->qp, &wr, &bad);
+  LT_TRACE_POINT('q');
+  if (rc != 0) die("ibv_post_send");
 }
 
 // Polls until a receive completes (send completions are reaped on the way).
@@ -253,7 +262,10 @@ void await_recv(Rdma* r) {
       }
       got = got || (wc[i].opcode & IBV_WC_RECV) != 0;
     }
-    if (got) return;
+    if (got) {
+      LT_TRACE_POINT('r');
+      return;
+    }
   }
 }
 
@@ -287,12 +299,14 @@ int main(int argc, char** argv) {
       post_send(o, &r, peer, static_cast<uint64_t>(i));
       continue;
     }
+    LT_TRACE_POINT('B');
     const auto t0 = std::chrono::steady_clock::now();
     post_send(o, &r, peer, static_cast<uint64_t>(i));
     await_recv(&r);
     post_recv(o, &r);
     const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
     if (i >= o.warmup) us.push_back(d.count());
+    LT_TRACE_POINT('E');
   }
   exchange(s, &go, &back, 1);  // the last reply's completion is in before anyone goes
   close(s);

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "common/net.h"
+#include "common/trace_points.h"
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -208,7 +209,9 @@ void Engine::progress_loop() {
       if (spinners_.load(std::memory_order_seq_cst) > 0 || polled() ||
           (calling && !sleeper_.exchange(false, std::memory_order_seq_cst))) {
         const uint64_t hb_ns = uint64_t{static_cast<uint32_t>(hb)} * 1000000ull;
+        LT_TRACE_POINT('k');
         sets.park(timed || park_timer_.fd() < 0 ? std::min(ParkTimer::kWindowNs, hb_ns) : hb_ns);
+        LT_TRACE_POINT('K');
       }
       corks_.end_untimed();
       parked_.store(false, std::memory_order_relaxed);
@@ -219,7 +222,9 @@ void Engine::progress_loop() {
       // Asleep on the transports; for ParkTimer's window at most while
       // senders may hold messages back (CorkWatch): the next pass sends them.
       if (prepare_sleep()) {
+        LT_TRACE_POINT('s');
         sets.wait(corks_.begin_untimed() ? hb : std::min(hb, ParkTimer::kWindowMs));
+        LT_TRACE_POINT('a');
         corks_.end_untimed();
       }
     } else {

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/time.h"
+#include "common/trace_points.h"
 #include "transport/verbs/mem_pool.h"
 #include "transport/verbs/verbs_transport.h"
 
@@ -123,7 +124,10 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   // Counted before the post: its completion may come at once.
   t_->count_posted(1);
   next_seq_.store(seq + 1, std::memory_order_release);
-  if (int rc = ibv_post_send(qp_->raw(), &wr, &bad); rc != 0) {
+  LT_TRACE_POINT('p');
+  const int rc = ibv_post_send(qp_->raw(), &wr, &bad);
+  LT_TRACE_POINT('q');
+  if (rc != 0) {
     LT_WARN("rc: ibv_post_send to node %u: %s", conn_->peer(), std::strerror(rc));
     next_seq_.store(seq, std::memory_order_release);  // mu_ held: nobody posted since
     t_->count_done(1);

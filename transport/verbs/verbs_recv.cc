@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/trace_points.h"
 #include "transport/verbs/verbs_transport.h"
 
 namespace lt::transport::verbs {
@@ -108,7 +109,11 @@ size_t VerbsTransport::poll_recv(std::span<Completion> out, size_t n) {
     } else {
       k = ibv_poll_cq(dev_->recv_cq(), want, wc);
     }
-    if (k <= 0) break;
+    if (k <= 0) {
+      LT_TRACE_POINT('e');
+      break;
+    }
+    LT_TRACE_POINT('r');
     for (int i = 0; i < k; ++i) {
       if (deliver(from[i], &out[n])) ++n;
     }
