@@ -8,8 +8,14 @@
 //                   of this tool against perftest on the same device).
 // Small messages go inline; one send in 16 is signaled.
 //
+// --code N runs N distinct small functions before each post, standing for
+// the code a middleware runs between two posts. Under emulation (Soft-RoCE
+// in a TCG guest, where a post is a system call that runs the whole send)
+// the post itself then takes longer: docs/PERF.md measures it.
+//
 //   rc_imm_lat [--op write_imm|send] [--device rxe0] [--ib-port 1] [--gid 1]
-//              [--size 8] [--iters N] [--warmup N] [--port 18516] [SERVER_IP]
+//              [--size 8] [--iters N] [--warmup N] [--port 18516]
+//              [--code N] [SERVER_IP]
 //
 // Without SERVER_IP it serves one client and exits. The client prints
 //   lat op=OP size=S iters=N p50_us=X p99_us=Y   (whole round trips)
@@ -25,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +39,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/trace_points.h"
@@ -40,9 +48,22 @@ namespace {
 
 struct Options {
   std::string op = "write_imm", device = "rxe0", server;
-  int ib_port = 1, gid = 1, iters = 1000, warmup = 100, port = 18516;
+  int ib_port = 1, gid = 1, iters = 1000, warmup = 100, port = 18516, code = 0;
   size_t size = 8;
 };
+
+// --code: kCodeFns distinct functions, each its own machine code.
+constexpr int kCodeFns = 2048;
+volatile uint64_t g_code_sink;
+template <int I>
+void code_fn() {
+  g_code_sink = g_code_sink * 31 + I;
+}
+template <int... I>
+constexpr std::array<void (*)(), sizeof...(I)> code_table(std::integer_sequence<int, I...>) {
+  return {&code_fn<I>...};
+}
+constexpr auto kCode = code_table(std::make_integer_sequence<int, kCodeFns>{});
 
 // What each side tells the other over the tcp socket.
 struct Wire {
@@ -83,6 +104,8 @@ Options parse(int argc, char** argv) {
       o.warmup = std::stoi(val());
     } else if (a == "--port") {
       o.port = std::stoi(val());
+    } else if (a == "--code") {
+      o.code = std::stoi(val());
     } else if (a[0] != '-') {
       o.server = a;
     } else {
@@ -90,8 +113,11 @@ Options parse(int argc, char** argv) {
       exit(2);
     }
   }
-  if ((o.op != "write_imm" && o.op != "send") || o.size == 0 || o.size > 65536 || o.iters < 1) {
-    fprintf(stderr, "rc_imm_lat: --op write_imm|send, --size 1..65536, --iters >= 1\n");
+  if ((o.op != "write_imm" && o.op != "send") || o.size == 0 || o.size > 65536 || o.iters < 1 ||
+      o.code < 0 || o.code > kCodeFns) {
+    fprintf(stderr,
+            "rc_imm_lat: --op write_imm|send, --size 1..65536, --iters >= 1, --code 0..%d\n",
+            kCodeFns);
     exit(2);
   }
   return o;
@@ -227,6 +253,7 @@ void post_recv(const Options& o, Rdma* r) {
 }
 
 void post_send(const Options& o, Rdma* r, const Wire& peer, uint64_t n) {
+  for (int i = 0; i < o.code; ++i) kCode[static_cast<size_t>(i)]();
   ibv_sge sge{reinterpret_cast<uint64_t>(r->buf.data()), static_cast<uint32_t>(o.size),
               r->mr->lkey};
   ibv_send_wr wr{}, *bad = nullptr;
