@@ -368,12 +368,10 @@ void UdTransport::prepare_sleep() {
 // Going to sleep: arm the CQs and the timer, then look once more (a
 // completion that came before the arming raises no event).
 void UdTransport::try_arm() {
-  if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load() ||
-      sq_fenced_ || qp_error_.load()) {
-    return;
-  }
-  // What an earlier arming stashed still waits for a poll: keep it, stay awake.
-  if (stash_n_ != 0) {
+  if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
+  // What an earlier arming stashed still waits for a poll, or a QP in error
+  // waits for its flushed sends (recover_qp), which raise no event: stay awake.
+  if (stash_n_ != 0 || sq_fenced_ || qp_error_.load()) {
     kick();
     return;
   }
