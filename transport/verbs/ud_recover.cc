@@ -9,6 +9,7 @@
 // which ltier's acknowledgements send again; no message is lost or failed.
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -20,6 +21,17 @@ namespace lt::transport::verbs {
 
 namespace {
 constexpr uint64_t kFenceWarnNs = 1'000'000'000;  // posts still in the device after this: say so
+constexpr uint64_t kRetryFirstNs = 100'000'000;   // a failed reset is tried again after this,
+constexpr uint64_t kRetryMaxNs = 10'000'000'000;  // doubling up to this
+}  // namespace
+
+// While the fence waits, the poller stays awake for the flushed sends of a
+// QP that failed a moment ago; one that has waited long (a device that no
+// longer completes anything) or whose reset failed looks again on a timer.
+uint64_t UdTransport::fence_deadline(uint64_t now) const {
+  if (!sq_fenced_) return UINT64_MAX;
+  if (reset_retry_ns_ != 0) return reset_retry_ns_;
+  return now - fenced_at_ns_ < kFenceWarnNs ? 0 : now + kRetryFirstNs;
 }
 
 // Runs in the poller while qp_error_ or the fence is set: never blocks.
@@ -41,6 +53,8 @@ void UdTransport::recover_qp(uint64_t now) {
     sq_fenced_ = true;
     fenced_at_ns_ = now;
     fence_warned_ = false;
+    reset_retry_ns_ = 0;
+    retry_gap_ns_ = 0;
   }
   // Every post granted before the fence completes (flushed, as the QP is in
   // error) before the reset, so that no slot is left counted in the device.
@@ -55,17 +69,22 @@ void UdTransport::recover_qp(uint64_t now) {
     }
     return;
   }
+  if (now < reset_retry_ns_) return;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RESET;
-  if (int rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE); rc != 0) {
+  int rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE);
+  if (rc != 0) {
     LT_ERROR(
         "ud: the UD QP on %s port %u cannot be reset: %s; its peers are declared lost "
         "after verbs.ud_peer_timeout_ms",
         c.device.c_str(), c.port, std::strerror(rc));
-    fenced_at_ns_ = now;  // tried again at the next poll
+  }
+  if (rc != 0 || !ready_qp().is_ok()) {  // ready_qp logs why; tried again later
+    retry_gap_ns_ = retry_gap_ns_ == 0 ? kRetryFirstNs : std::min(2 * retry_gap_ns_, kRetryMaxNs);
+    reset_retry_ns_ = now + retry_gap_ns_;
+    need_timer(reset_retry_ns_);
     return;
   }
-  if (!ready_qp().is_ok()) return;  // logged; RESET again at the next poll
   sq_used_.fetch_sub(kSqFence, std::memory_order_acq_rel);
   sq_fenced_ = false;
   qp_resets_.fetch_add(1, std::memory_order_relaxed);

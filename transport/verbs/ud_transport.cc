@@ -353,6 +353,7 @@ void UdTransport::settle_timer(uint64_t now) {
     if (r.ack_due != 0) next = std::min(next, r.ack_due);
     if (const uint64_t t = sp->tx_deadline(now, timeout); t != 0) next = std::min(next, t);
   }
+  next = std::min(next, fence_deadline(now));  // a fenced QP looked at again (ud_recover.cc)
   lower_to(next_timer_ns_, next);
 }
 
@@ -371,7 +372,7 @@ void UdTransport::try_arm() {
   if (!ready_.empty() || conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
   // What an earlier arming stashed still waits for a poll, or a QP in error
   // waits for its flushed sends (recover_qp), which raise no event: stay awake.
-  if (stash_n_ != 0 || sq_fenced_ || qp_error_.load()) {
+  if (stash_n_ != 0 || qp_error_.load() || fence_deadline(now_ns()) == 0) {
     kick();
     return;
   }

@@ -105,6 +105,9 @@ class UdTransport final : public Transport {
   Status ready_qp();
   // ud_recover.cc: a QP in error put back in service.
   void recover_qp(uint64_t now);
+  /// When a fenced poller must look again: 0 now (stay awake), UINT64_MAX
+  /// not fenced.
+  uint64_t fence_deadline(uint64_t now) const;
   bool fault_due();
   void break_qp_for_test();
   Status make_buffers();
@@ -186,6 +189,8 @@ class UdTransport final : public Transport {
   bool sq_fenced_ = false;               // the poller's
   uint64_t fenced_at_ns_ = 0;            // the poller's
   bool fence_warned_ = false;            // the poller's
+  uint64_t reset_retry_ns_ = 0;          // the poller's: a failed reset is tried again then
+  uint64_t retry_gap_ns_ = 0;            // the poller's
   std::atomic<uint64_t> posts_seen_{0};  // counted only with verbs.ud_fault_after set
 
   // Receive buffers: GRH + one MTU each, all posted to the SRQ but those
