@@ -182,7 +182,7 @@ Result<bool> Channel::post_message(const WorkRequest& wr) {
     }
     to.write = true;
   }
-  std::lock_guard<SpinLock> g(mu_);
+  std::unique_lock<SpinLock> g(mu_);
   if (backlog_.empty() && len <= frag && room_locked(len <= t_->caps().max_inline ? 0 : len)) {
     LT_RETURN_IF_ERROR(post_whole_locked(wr, to));
     return true;
@@ -192,8 +192,11 @@ Result<bool> Channel::post_message(const WorkRequest& wr) {
   const bool must = (wr.flags & kWrMustQueue) != 0;
   if (!must && (len <= frag || !backlog_.empty())) return false;
   enqueue_locked(wr, len, to);
-  pump_locked();
-  t_->note_backlog(this);
+  const bool emptied = pump_locked();
+  // The poller takes the transport's backlog lock, then mu_ (pump): mu_
+  // is let go first here, or the two threads wait on each other for good.
+  g.unlock();
+  if (!emptied) t_->note_backlog(this);
   return true;
 }
 

@@ -27,7 +27,8 @@
 // Thread contract: post_message and execute from any thread (mu_ guards the
 // send queue and ring; bounce_mu_ the bounce buffer, held across one op);
 // on_completion under the transport's send-CQ lock, without mu_; pump by
-// the poller.
+// the poller, under the transport's backlog lock. Lock order: that lock,
+// then mu_; post_message lets mu_ go before it notes a backlog.
 #pragma once
 
 #include <atomic>

@@ -24,7 +24,7 @@ class TransportConformance : public TransportHarness,
 
   const Caps& caps() const { return a_->t->caps(); }
 
-  void concurrent_posters(bool corked);
+  void concurrent_posters(bool corked, bool large = false);
 
   // Node `node` at `address` is not there: connect fails with kPeerDown, or
   // (Caps::lazy_connect) a message posted to it ends in kPeerLost.
@@ -837,14 +837,21 @@ TEST_P(TransportConformance, ManyBatchedMessagesWrapAroundInOrder) {
   EXPECT_EQ(bad, 0u);
 }
 
-// Several threads post to one endpoint while this thread polls: each thread's
-// messages arrive whole and in its order.
-// Three threads post at once (with kWrMore on two of every three posts when
-// `corked`, as rpc_async does; the main thread, the poster's poller, calls
-// flush() like the engine after each batch): every message arrives exactly
-// once, each thread's in order.
-void TransportConformance::concurrent_posters(bool corked) {
-  constexpr uint32_t kThreads = 3, kPerThread = 3000;
+// Three threads post to one endpoint at once (with kWrMore on two of every
+// three posts when `corked`, as rpc_async does) while this thread polls, as
+// the engine's progress thread does (and calls flush() after each batch):
+// every message arrives exactly once, each thread's in order. `large`:
+// messages of 5 to 45 KiB, in several fragments where a transport cuts
+// them, so posters and the poller meet on the fragment backlog.
+void TransportConformance::concurrent_posters(bool corked, bool large) {
+  constexpr uint32_t kThreads = 3;
+  const uint32_t kPerThread = large ? 150 : 3000;
+  auto body_of = [large](uint32_t i) -> size_t {
+    return large ? 5000 + (i * 7919) % 40000 : i % 700;
+  };
+  // A poller and a poster that wait on each other never return: the test
+  // fails here rather than running into the suite's own time limit.
+  HangGuard guard(Deadline::after_ms(6 * kWaitMs), "concurrent posters");
   std::vector<uint32_t> next(kThreads, 0);
   uint64_t got = 0, bad = 0;
   b_->on_rx = [&](const Completion& c) {
@@ -856,7 +863,7 @@ void TransportConformance::concurrent_posters(bool corked) {
     }
     std::memcpy(hdr, c.rx, sizeof(hdr));
     size_t body = c.len - sizeof(hdr);
-    if (hdr[0] >= kThreads || hdr[1] != next[hdr[0]] || body != hdr[1] % 700 ||
+    if (hdr[0] >= kThreads || hdr[1] != next[hdr[0]] || body != body_of(hdr[1]) ||
         check_pattern(c.rx + sizeof(hdr), body, uint64_t{hdr[0]} << 32 | hdr[1]) != SIZE_MAX) {
       ++bad;
       return;
@@ -866,12 +873,12 @@ void TransportConformance::concurrent_posters(bool corked) {
   std::atomic<int> failed{0};
   std::vector<std::thread> threads;
   for (uint32_t t = 0; t < kThreads; ++t) {
-    threads.emplace_back([this, t, corked, &failed] {
-      std::vector<std::byte> buf(8 + 700);
+    threads.emplace_back([this, t, corked, kPerThread, &body_of, &failed] {
+      std::vector<std::byte> buf(8 + 45000);  // the largest body is 44,999 bytes
       for (uint32_t i = 0; i < kPerThread; ++i) {
         uint32_t hdr[2] = {t, i};
         std::memcpy(buf.data(), hdr, sizeof(hdr));
-        size_t body = i % 700;
+        size_t body = body_of(i);
         fill_pattern(buf.data() + 8, body, uint64_t{t} << 32 | i);
         WorkRequest wr = send_wr(i, buf.data(), 8 + body, 1 + i % 2);
         if (corked && i % 3 != 0) wr.flags |= kWrMore;
@@ -906,6 +913,10 @@ void TransportConformance::concurrent_posters(bool corked) {
 TEST_P(TransportConformance, ConcurrentPostersKeepTheirOrder) { concurrent_posters(false); }
 
 TEST_P(TransportConformance, ConcurrentCorkedPostersArriveOnceInOrder) { concurrent_posters(true); }
+
+TEST_P(TransportConformance, ConcurrentLargePostersKeepTheirOrder) {
+  concurrent_posters(false, true);
+}
 
 // A peer that goes away while this side keeps posting: kPeerLost, then posts
 // fail with kPeerDown; nothing hangs.

@@ -15,9 +15,14 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <random>
 #include <string>
@@ -151,6 +156,40 @@ inline size_t poll_once(Transport* t, const std::function<void(const Completion&
   t->release_rx(std::span<const Completion>(cq.data(), n));
   return n;
 }
+
+// A test whose threads can deadlock ends the test process with a message
+// once `d` passes, instead of hanging until the suite's time limit. The
+// guard's scope must cover every thread that could be stuck.
+class HangGuard {
+ public:
+  HangGuard(Deadline d, const char* what)
+      : thread_([this, d, what] {
+          std::unique_lock<std::mutex> g(mu_);
+          while (!done_) {
+            if (d.expired()) {
+              std::fprintf(stderr, "%s: no progress by the deadline (a deadlock?)\n", what);
+              std::abort();
+            }
+            cv_.wait_for(g, std::chrono::milliseconds(100));
+          }
+        }) {}
+  ~HangGuard() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  HangGuard(const HangGuard&) = delete;
+  HangGuard& operator=(const HangGuard&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 // Deterministic message contents: byte j of the message with `seed`.
 inline uint64_t splitmix64(uint64_t x) {
