@@ -1,6 +1,7 @@
 // ltier-node's pieces: the arguments of a command line, the helpers the
 // commands share, and the commands, by area (cluster.cc: membership, memory,
-// atomics, locks and barriers; rpc.cc; messages.cc). ltier_node.cc holds the
+// atomics, locks and barriers; rpc.cc; messages.cc; mixed.cc: every kind of
+// operation from many threads at once). ltier_node.cc holds the
 // table that names them and main().
 #pragma once
 
@@ -183,6 +184,7 @@ std::string cmd_rpc(lt_engine_t* e, Args& a);
 std::string cmd_rpc_sizes(lt_engine_t* e, Args& a);
 std::string cmd_rpc_async(lt_engine_t* e, Args& a);
 std::string cmd_rpc_threads(lt_engine_t* e, Args& a);
+std::string cmd_mixed_threads(lt_engine_t* e, Args& a);
 std::string cmd_rpc_timeout(lt_engine_t* e, Args& a);
 std::string cmd_rpc_timeout_func(lt_engine_t* e, Args& a);
 std::string cmd_rpc_loop(lt_engine_t* e, Args& a);
