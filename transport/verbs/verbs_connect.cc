@@ -272,7 +272,10 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
   }
   add_channels(conn.get());  // before the peer may send: it waits for kReady
   const uint8_t ready = kReady;
-  if (!net::write_all(conn->fd(), &ready, 1, d).is_ok()) return fail(Code::kPeerDown);
+  if (!net::write_all(conn->fd(), &ready, 1, d).is_ok()) {
+    remove_channels(conn.get());  // nothing was posted on them: no completion will come
+    return fail(Code::kPeerDown);
+  }
   return conn;
 }
 

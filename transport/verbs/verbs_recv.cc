@@ -43,8 +43,13 @@ void VerbsTransport::post_recv(const uint32_t* idx, size_t count) {
 // One receive completion; true when it made a kRecv in *out.
 bool VerbsTransport::deliver(const ibv_wc& wc, Completion* out) {
   const uint32_t buf = static_cast<uint32_t>(wc.wr_id);
-  auto it = by_qpn_.find(wc.qp_num);
-  Channel* ch = it != by_qpn_.end() ? it->second : nullptr;
+  Channel* ch = nullptr;
+  {
+    // Dialers and the control thread add channels while the poller reads.
+    std::lock_guard<SpinLock> g(qpn_mu_);
+    auto it = by_qpn_.find(wc.qp_num);
+    if (it != by_qpn_.end()) ch = it->second;
+  }
   if (wc.status != IBV_WC_SUCCESS || ch == nullptr || ch->conn()->closed_) {
     post_recv(&buf, 1);
     return false;

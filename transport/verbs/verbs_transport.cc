@@ -34,16 +34,19 @@ VerbsTransport::~VerbsTransport() {
     net::ring_eventfd(ctl_stop_.get());
     control_.join();
   }
+  // Connections still in the exchange are closed and swept with the rest
+  // (taken out first: connect() takes the table's lock, then watch_mu_).
+  decltype(watched_) watched;
   {
-    // Connections still in the exchange are closed and swept with the rest.
     std::lock_guard<std::mutex> g(watch_mu_);
-    for (auto& [p, c] : watched_) {
-      if (c->state_ != VerbsConn::State::kReady && !c->channels_.empty()) {
-        conns_.add_accepted(c, [] { return true; });
-      }
-    }
-    watched_.clear();
+    watched.swap(watched_);
   }
+  for (auto& [p, c] : watched) {
+    if (c->state_ != VerbsConn::State::kReady && !c->channels_.empty()) {
+      conns_.add_accepted(c, [] { return true; });
+    }
+  }
+  watched.clear();
   conns_.for_each_locked([](VerbsConn& c) { c.dead_.store(true); });
   std::vector<VerbsConn*> all;
   for (auto& c : conns_.refresh()) all.push_back(c.get());
@@ -327,6 +330,30 @@ void VerbsTransport::close_conn(VerbsConn* c, std::span<Completion> out, size_t*
   if (keep) closing_.push_back(std::move(keep));
 }
 
+// Takes c's channels out of the slot, QP-number and backlog tables (the
+// undoing of add_channels).
+void VerbsTransport::remove_channels(VerbsConn* c) {
+  {
+    std::lock_guard<SpinLock> cq(send_cq_mu_);
+    std::lock_guard<std::mutex> g(slots_mu_);
+    for (auto& ch : c->channels_) {
+      if (ch->slot() == 0) continue;
+      slots_[ch->slot()].ch.store(nullptr, std::memory_order_release);
+      free_slots_.push_back(ch->slot());
+      ch->set_slot(0, 0);
+    }
+  }
+  {
+    std::lock_guard<SpinLock> g(qpn_mu_);
+    for (auto& ch : c->channels_) by_qpn_.erase(ch->qp().local().qpn);
+  }
+  std::lock_guard<std::mutex> g(backlog_mu_);
+  for (auto& ch : c->channels_) {
+    backlogged_.erase(std::remove(backlogged_.begin(), backlogged_.end(), ch.get()),
+                      backlogged_.end());
+  }
+}
+
 // Closed connections keep their channels in the table until the flushes of
 // what they had in flight came back (or kClosingGraceNs), so a late
 // completion never meets a freed channel.
@@ -341,27 +368,7 @@ void VerbsTransport::sweep_closed(bool all) {
       ++i;
       continue;
     }
-    {
-      std::lock_guard<SpinLock> cq(send_cq_mu_);
-      std::lock_guard<std::mutex> g(slots_mu_);
-      for (auto& ch : c->channels_) {
-        if (ch->slot() == 0) continue;
-        slots_[ch->slot()].ch.store(nullptr, std::memory_order_release);
-        free_slots_.push_back(ch->slot());
-        ch->set_slot(0, 0);
-      }
-    }
-    {
-      std::lock_guard<SpinLock> g(qpn_mu_);
-      for (auto& ch : c->channels_) by_qpn_.erase(ch->qp().local().qpn);
-    }
-    {
-      std::lock_guard<std::mutex> g(backlog_mu_);
-      for (auto& ch : c->channels_) {
-        backlogged_.erase(std::remove(backlogged_.begin(), backlogged_.end(), ch.get()),
-                          backlogged_.end());
-      }
-    }
+    remove_channels(c);
     qps_.fetch_sub(c->channels_.size());
     for (auto& ch : c->channels_) dead_channels_.push_back({std::move(ch), now});
     c->channels_.clear();

@@ -137,6 +137,7 @@ class VerbsTransport final : public Transport {
   void unwatch(VerbsConn* c);
   void abandon(const std::shared_ptr<VerbsConn>& c);
   void add_channels(VerbsConn* c);
+  void remove_channels(VerbsConn* c);
   void refill_spares();
   void count_qp();
   Status open_loopback();  // loopback.cc
