@@ -125,9 +125,12 @@ constexpr Command kCommands[] = {
     {"rpc_threads", "NODE THREADS COUNT -> ok (THREADS x COUNT LT_RPC echoes, checked)",
      cmd_rpc_threads},
     {"mixed_threads",
-     "NODE THREADS ROUNDS -> ok (an LMR on NODE; each thread, each round: an LT_RPC echo, an "
-     "LT_write and LT_read back, a fetch_add; sizes 0 B to 1 MiB, all checked)",
+     "NODE THREADS ROUNDS [PORT] -> ok (an LMR on NODE; each thread, each round: an LT_RPC "
+     "echo, an LT_write and LT_read back, a fetch_add, and with PORT a send_seq-style message "
+     "there; sizes 0 B to 1 MiB, all checked)",
      cmd_mixed_threads},
+    {"recv_mixed", "PORT COUNT -> ok (COUNT messages of mixed_threads, any size, each checked)",
+     cmd_recv_mixed},
     {"send", "NODE PORT HEX -> ok (LT_send; HEX '-' is an empty message)", cmd_send},
     {"recv", "PORT CAP [TIMEOUT_MS] -> ok SRC HEX (LT_recv; err LT_ERR_TRUNCATED NEEDED)",
      cmd_recv},

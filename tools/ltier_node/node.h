@@ -185,6 +185,7 @@ std::string cmd_rpc_sizes(lt_engine_t* e, Args& a);
 std::string cmd_rpc_async(lt_engine_t* e, Args& a);
 std::string cmd_rpc_threads(lt_engine_t* e, Args& a);
 std::string cmd_mixed_threads(lt_engine_t* e, Args& a);
+std::string cmd_recv_mixed(lt_engine_t* e, Args& a);
 std::string cmd_rpc_timeout(lt_engine_t* e, Args& a);
 std::string cmd_rpc_timeout_func(lt_engine_t* e, Args& a);
 std::string cmd_rpc_loop(lt_engine_t* e, Args& a);
