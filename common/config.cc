@@ -76,6 +76,10 @@ std::vector<ConfigKey> config_keys(Config& c) {
       {"verbs.qps_per_peer", "LTIER_VERBS_QPS_PER_PEER",
        "rc: QPs to each peer, shared by every thread (a thread keeps to one)", K::kU32,
        &c.verbs.qps_per_peer},
+      {"verbs.rdma_qps_per_peer", "LTIER_VERBS_RDMA_QPS_PER_PEER",
+       "rc: more QPs to each peer that carry only one-sided ops, so none waits behind a message "
+       "the peer has no receive buffer for yet (0: one-sided ops share the message QPs)",
+       K::kU32, &c.verbs.rdma_qps_per_peer},
       {"verbs.rc_qp_budget", "LTIER_VERBS_RC_QP_BUDGET",
        "rc: QPs this node holds in connections at most; a peer that would take more is reached "
        "over the next transport (0: no limit)",

@@ -62,7 +62,8 @@ struct VerbsConfig {
   uint32_t port = 0;               // 0: its first ACTIVE port
   std::string gid_index = "auto";  // auto: RoCE v2 over IPv4 first
   std::string listen;              // control channel host:port; empty: the GID's IPv4, any port
-  uint32_t qps_per_peer = 2;       // RC QPs to each peer, shared by all threads
+  uint32_t qps_per_peer = 2;       // RC QPs to each peer for messages, shared by all threads
+  uint32_t rdma_qps_per_peer = 1;  // RC QPs to each peer for one-sided ops; 0: the message QPs
   uint32_t rc_qp_budget = 0;       // RC QPs in connections at most; 0: no limit
   uint32_t send_depth = 128;       // work requests outstanding per QP
   uint32_t send_ring_bytes = 256u << 10;   // per QP: messages copied here until sent

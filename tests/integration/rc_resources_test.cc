@@ -1,7 +1,8 @@
 // What rc costs a node, read from LT_stats (ltier-node's stats command) in
 // the Soft-RoCE guest (tests/rdma runs this binary with LTIER_ITEST_RC=1):
-// QPs grow with peers, not with threads (verbs.qps_per_peer per peer, shared
-// by every thread of the engine), rc and ud of a node share one device
+// QPs grow with peers, not with threads (verbs.qps_per_peer for messages and
+// verbs.rdma_qps_per_peer for one-sided ops per peer, shared by every thread
+// of the engine), rc and ud of a node share one device
 // context, and peers' native one-sided ops never
 // reach the owner's CPU (its served-request counter does not move), most of
 // them one work request each.
@@ -17,7 +18,9 @@
 namespace lt::itest {
 namespace {
 
-constexpr int kQpsPerPeer = 2;
+constexpr int kMsgQps = 2;
+constexpr int kRdmaQps = 1;
+constexpr int kQpsPerPeer = kMsgQps + kRdmaQps;
 constexpr int kThreads = 8;
 
 bool have_rc() {
@@ -57,7 +60,8 @@ class RcResources : public ::testing::Test {
     }
   }
   virtual std::vector<std::string> env() const {
-    return {"LTIER_TRANSPORTS=rc,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kQpsPerPeer)};
+    return {"LTIER_TRANSPORTS=rc,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kMsgQps),
+            "LTIER_VERBS_RDMA_QPS_PER_PEER=" + std::to_string(kRdmaQps)};
   }
   // Sends `line(i)` to every node at once, then takes their replies.
   template <typename F>
@@ -71,7 +75,7 @@ class RcResources : public ::testing::Test {
 };
 
 // 3 nodes x 8 threads, each thread calling RPCs on both peers and adding to
-// an LMR on one of them: K QPs per peer, 2 peers, so K x 2 QPs per node; the
+// an LMR on one of them: K + R QPs per peer, 2 peers, so (K + R) x 2 QPs per node; the
 // calls go into the servers' RPC rings.
 TEST_F(RcResources, QueuePairsGrowWithPeersNotThreads) {
   std::vector<std::string> h(3);
@@ -198,7 +202,8 @@ TEST_F(RcResources, WindowedAsyncWritesLandWholeAndFailWithTheirPeer) {
 class RcBudget : public RcResources {
  protected:
   std::vector<std::string> env() const override {
-    return {"LTIER_TRANSPORTS=rc,ud,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kQpsPerPeer),
+    return {"LTIER_TRANSPORTS=rc,ud,tcp", "LTIER_VERBS_QPS_PER_PEER=" + std::to_string(kMsgQps),
+            "LTIER_VERBS_RDMA_QPS_PER_PEER=" + std::to_string(kRdmaQps),
             "LTIER_VERBS_RC_QP_BUDGET=" + std::to_string(kQpsPerPeer)};
   }
 };

@@ -10,18 +10,20 @@
 #include "common/time.h"
 #include "common/trace_points.h"
 #include "transport/verbs/mem_pool.h"
+#include "transport/verbs/onesided_cq.h"
 #include "transport/verbs/verbs_transport.h"
 
 namespace lt::transport::verbs {
 
 Channel::Channel(VerbsTransport* t, VerbsConn* conn, std::unique_ptr<RcQp> qp, MemRegion ring,
-                 MemRegion bounce, uint32_t depth)
+                 MemRegion bounce, uint32_t depth, OneSidedCq* ocq)
     : t_(t),
       conn_(conn),
       qp_(std::move(qp)),
       ring_(ring),
       bounce_(bounce),
       depth_(depth),
+      ocq_(ocq),
       wqes_(new Wqe[depth]) {}
 
 Channel::~Channel() {
@@ -55,10 +57,36 @@ void Channel::fail() {
   qp_->to_error();
 }
 
+bool Channel::cq_room() const { return ocq_ != nullptr ? ocq_->room() : t_->cq_room(); }
+
+void Channel::count_posted(uint32_t n) {
+  if (ocq_ != nullptr) {
+    ocq_->count_posted(n);
+  } else {
+    t_->count_posted(n);
+  }
+}
+
+void Channel::count_done(uint32_t n) {
+  if (ocq_ != nullptr) {
+    ocq_->count_done(n);
+  } else {
+    t_->count_done(n);
+  }
+}
+
+void Channel::poll_cq() {
+  if (ocq_ != nullptr) {
+    t_->poll_onesided_cq();
+  } else {
+    t_->poll_send_cq();
+  }
+}
+
 bool Channel::room_locked(uint32_t len) const {
   const uint32_t next = next_seq_.load(std::memory_order_relaxed);
   if (next - done_seq_.load(std::memory_order_acquire) >= depth_ - 1) return false;
-  if (!t_->cq_room()) return false;
+  if (!cq_room()) return false;
   if (len == 0) return true;
   const uint32_t size = static_cast<uint32_t>(ring_.len);
   const uint32_t pos = ring_head_ % size;
@@ -122,7 +150,7 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   ibv_send_wr* bad = nullptr;
   t_->msg_posting();
   // Counted before the post: its completion may come at once.
-  t_->count_posted(1);
+  count_posted(1);
   next_seq_.store(seq + 1, std::memory_order_release);
   LT_TRACE_POINT('p');
   const int rc = ibv_post_send(qp_->raw(), &wr, &bad);
@@ -130,7 +158,7 @@ Status Channel::post_fragment_locked(const std::byte* const* parts, const uint32
   if (rc != 0) {
     LT_WARN("rc: ibv_post_send to node %u: %s", conn_->peer(), std::strerror(rc));
     next_seq_.store(seq, std::memory_order_release);  // mu_ held: nobody posted since
-    t_->count_done(1);
+    count_done(1);
     w.msg = false;
     t_->msgs_done(1);
     return Code::kPeerDown;
@@ -274,7 +302,7 @@ void Channel::on_completion(const ibv_wc& wc) {
   w.status.store(static_cast<int>(code), std::memory_order_relaxed);
   w.done.store(uint64_t{seq} + 1, std::memory_order_release);
   done_seq_.store(seq + 1, std::memory_order_release);
-  t_->count_done(seq + 1 - done);
+  count_done(seq + 1 - done);
   if (msgs != 0) t_->msgs_done(msgs);
   if (report) t_->report_send_done(user, code);
 }

@@ -11,8 +11,9 @@
 //    room; later messages queue behind it, so the order holds;
 //  - one-sided ops (READ, WRITE, atomics) are done when execute() returns:
 //    the caller posts one signaled work request (a guarded read, or an op
-//    and the guard read after it: two, chained), then polls the send CQ
-//    itself until its completion comes.
+//    and the guard read after it: two, chained), then polls the channel's
+//    CQ itself until its completion comes (a channel of one-sided ops
+//    only completes on the never-armed one-sided CQ, onesided_cq.h).
 //    Local buffers in registered memory are used in place; others go through
 //    the channel's bounce buffer;
 //  - selective signaling: a message is signaled when the caller asks, or
@@ -51,6 +52,7 @@ namespace lt::transport::verbs {
 
 class VerbsTransport;
 class VerbsConn;
+class OneSidedCq;
 
 // The immediate of a message SEND (network order on the wire).
 inline constexpr uint32_t kImmFirst = 0x80000000u;  // | total length: a fragmented message begins
@@ -59,8 +61,10 @@ inline constexpr uint32_t kImmWhole = 0;            // a message in one SEND
 
 class Channel {
  public:
+  /// `ocq`: the one-sided CQ its QP completes on (onesided_cq.h); null: the
+  /// transport's send CQ.
   Channel(VerbsTransport* t, VerbsConn* conn, std::unique_ptr<RcQp> qp, MemRegion ring,
-          MemRegion bounce, uint32_t depth);
+          MemRegion bounce, uint32_t depth, OneSidedCq* ocq = nullptr);
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
@@ -140,6 +144,11 @@ class Channel {
   void enqueue_locked(const WorkRequest& wr, uint32_t len, const Target& to);
   bool pump_locked();
   Status wait_for(uint32_t seq);
+  // The CQ this channel's QP completes on.
+  bool cq_room() const;
+  void count_posted(uint32_t n);
+  void count_done(uint32_t n);
+  void poll_cq();
   Status post_and_wait(ibv_send_wr* chain, uint32_t n);
   Status fill_wr(const WorkRequest& wr, uint64_t roff, uint64_t local, uint32_t lkey, uint32_t len,
                  ibv_sge* sge, ibv_send_wr* s);
@@ -151,6 +160,7 @@ class Channel {
   std::unique_ptr<RcQp> qp_;
   MemRegion ring_, bounce_;
   uint32_t depth_;
+  OneSidedCq* ocq_;
   uint32_t slot_ = 0;
   uint16_t gen_ = 0;
   std::atomic<bool> failed_{false};

@@ -16,7 +16,7 @@
 
 namespace lt::transport::verbs {
 
-// Polls the send CQ (as any thread may) until request `seq` completed.
+// Polls the channel's CQ (as any thread may) until request `seq` completed.
 // Spins first (polls and yields: on 2 cores the poller, the peer or a
 // software device may need this core) for the transport's learned budget,
 // twice the usual time an op takes here (verbs.spin_us at least), then
@@ -43,7 +43,7 @@ Status Channel::wait_for(uint32_t seq) {
       }
       return conn_->broken_.load(std::memory_order_acquire) ? Code::kPeerDown : Code::kOk;
     }
-    t_->poll_send_cq();
+    poll_cq();
     if (i < 64) continue;
     const uint64_t now = now_ns();
     if (failed()) {
@@ -128,11 +128,11 @@ Status Channel::post_and_wait(ibv_send_wr* chain, uint32_t n) {
         }
         ibv_send_wr* bad = nullptr;
         // Counted before the post: the completions may come at once.
-        t_->count_posted(n);
+        count_posted(n);
         next_seq_.store(seq + n, std::memory_order_release);
         if (ibv_post_send(qp_->raw(), chain, &bad) != 0) {
           next_seq_.store(seq, std::memory_order_release);  // mu_ held: nobody posted since
-          t_->count_done(n);
+          count_done(n);
           return Code::kPeerDown;
         }
         since_signal_ = 0;
@@ -144,10 +144,10 @@ Status Channel::post_and_wait(ibv_send_wr* chain, uint32_t n) {
     if (waiting_since == 0) waiting_since = now;
     if (now - waiting_since > kNoRoomNs) {
       LT_WARN("rc: no room to post to node %u for 2 s (%u requests in flight, %s)", conn_->peer(),
-              in_flight(), t_->cq_room() ? "send CQ has room" : "send CQ full");
+              in_flight(), cq_room() ? "its CQ has room" : "its CQ is full");
       return Code::kNoResource;
     }
-    t_->poll_send_cq();
+    poll_cq();
     sched_yield();
   }
   return wait_for(seq + n - 1);

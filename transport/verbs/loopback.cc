@@ -17,7 +17,7 @@ namespace lt::transport::verbs {
 // only executes what arrives. Called with loopback_mu_ held.
 Status VerbsTransport::open_loopback() {
   auto conn = std::make_shared<VerbsConn>(this, net::Fd(), self_.load(std::memory_order_acquire));
-  auto ch = make_channel(conn.get());
+  auto ch = make_channel(conn.get(), ChannelRole::kOneSided);
   if (!ch) return ch.status();
   RcOptions o;
   o.send_depth = 4;

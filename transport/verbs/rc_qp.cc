@@ -35,7 +35,7 @@ Result<std::unique_ptr<RcQp>> RcQp::create(VerbsDevice& dev, const RcOptions& o,
   q->dev_ = &dev;
   q->opts_ = o;
   ibv_qp_init_attr a{};
-  a.send_cq = dev.cq();
+  a.send_cq = o.send_cq != nullptr ? o.send_cq : dev.cq();
   a.recv_cq = dev.recv_cq();
   a.srq = dev.srq();
   a.qp_type = IBV_QPT_RC;

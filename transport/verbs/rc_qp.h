@@ -18,6 +18,7 @@
 #include "transport/verbs/verbs_device.h"
 
 struct ibv_qp;
+struct ibv_cq;
 
 namespace lt::transport::verbs {
 
@@ -36,8 +37,9 @@ struct RcOptions {
   uint32_t inline_bytes = 64;  // the device may lower it
   uint8_t timeout = 14;        // local ACK timeout: 4.096 us x 2^timeout (14: 67 ms)
   uint8_t retry_cnt = 7;
-  uint8_t rnr_retry = 7;   // 7: retry for ever on receiver-not-ready
-  uint8_t rd_atomic = 16;  // outstanding READs/atomics, capped by the device
+  uint8_t rnr_retry = 7;      // 7: retry for ever on receiver-not-ready
+  uint8_t rd_atomic = 16;     // outstanding READs/atomics, capped by the device
+  ibv_cq* send_cq = nullptr;  // null: the device's send CQ
 };
 
 class RcQp {

@@ -1,11 +1,20 @@
-// A connection of the rc transport to one peer: K channels (RC QPs, see
-// channel.h) and the tcp control socket that exchanged their addresses and
-// then stays open as the liveness signal (EOF: the peer closed or died).
+// A connection of the rc transport to one peer: K message channels and R
+// one-sided channels (RC QPs, see channel.h), and the tcp control socket
+// that exchanged their addresses and then stays open as the liveness signal
+// (EOF: the peer closed or died).
+//
+// One-sided ops have QPs of their own (R = verbs.rdma_qps_per_peer) because
+// an RC QP executes its requests in order: a READ posted behind a SEND that
+// the peer answers with receiver-not-ready (its shared receive queue empty)
+// waits as long as that SEND does. A progress thread that waits so, inside
+// a handler, reposts no receive buffers of its own, and two nodes doing it
+// to each other wait for ever. On QPs that carry no SENDs a one-sided op
+// waits for nobody's receive buffers. R = 0: one-sided ops share the K.
 //
 // The exchange (verbs_connect.cc), one round trip on a fresh socket:
-//   dialer   -> ConnectRequest: a hello (transport/hello.h) and its K QP
-//               addresses; its QPs were made ahead of need
-//   acceptor -> ConnectReply: its K QP addresses, its QPs already at RTS
+//   dialer   -> ConnectRequest: a hello (transport/hello.h) and its K + R QP
+//               addresses (messages first); its QPs were made ahead of need
+//   acceptor -> ConnectReply: its K + R QP addresses, its QPs already at RTS
 //   dialer   -> one byte kReady once its QPs are at RTS; only then does the
 //               acceptor use the connection, so nothing it sends meets a QP
 //               that cannot receive yet.
@@ -24,8 +33,8 @@
 
 namespace lt::transport::verbs {
 
-inline constexpr uint32_t kMaxQpsPerPeer = 8;
-inline constexpr uint32_t kConnectMagic = 0x6c745243;  // "ltRC"
+inline constexpr uint32_t kMaxQpsPerPeer = 8;          // of each kind, messages and one-sided
+inline constexpr uint32_t kConnectMagic = 0x6c745232;  // "ltR2"
 inline constexpr uint8_t kReady = 'R';
 
 struct QpWire {
@@ -41,16 +50,18 @@ static_assert(sizeof(QpWire) == 32);
 struct ConnectRequest {
   HelloBody hello;
   uint32_t magic;
-  uint32_t count;  // QPs, 1 to kMaxQpsPerPeer
-  QpWire qp[kMaxQpsPerPeer];
+  uint32_t count;       // message QPs, 1 to kMaxQpsPerPeer
+  uint32_t rdma_count;  // one-sided QPs after them, 0 to kMaxQpsPerPeer
+  uint32_t pad;
+  QpWire qp[2 * kMaxQpsPerPeer];
 };
 
 struct ConnectReply {
   uint32_t magic;
   uint32_t status;  // 0, or a Code: the acceptor could not make its QPs
   uint32_t count;
-  uint32_t pad;
-  QpWire qp[kMaxQpsPerPeer];
+  uint32_t rdma_count;
+  QpWire qp[2 * kMaxQpsPerPeer];
 };
 
 QpWire to_wire(const QpAddress& a);
@@ -81,10 +92,13 @@ class VerbsConn {
   uint64_t closed_ns_ = 0;
   std::atomic<bool> broken_{false};  // a work request failed: the poller closes it
 
+  // The message channels, then the one-sided ones (none: they share).
   std::vector<std::unique_ptr<Channel>> channels_;
+  uint32_t msg_channels_ = 0;
 
  private:
-  Channel* pick();
+  Channel* pick_msg();
+  Channel* pick_rdma();
   VerbsTransport* t_;
   net::Fd fd_;
 };

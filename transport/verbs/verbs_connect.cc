@@ -1,6 +1,6 @@
-// The rc transport's connections: QPs made ahead of need, the QP address
-// exchange over the control socket (verbs_conn.h), and posting on a
-// connection.
+// The rc transport's connections: the QP address exchange over the control
+// socket (verbs_conn.h), and posting on a connection (its QPs and channels
+// come from qp_supply.cc).
 #include <infiniband/verbs.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -41,24 +41,35 @@ VerbsConn::VerbsConn(VerbsTransport* t, net::Fd fd, NodeId peer)
 
 VerbsConn::~VerbsConn() = default;
 
-// A thread keeps to one channel, so its posts stay in order; threads spread
-// over the K channels without a lock.
-Channel* VerbsConn::pick() {
+namespace {
+uint32_t thread_index() {
   static std::atomic<uint32_t> next_thread{0};
   LT_TLS_FAST thread_local uint32_t me = next_thread.fetch_add(1, std::memory_order_relaxed);
-  return channels_[me % channels_.size()].get();
+  return me;
+}
+}  // namespace
+
+// A thread keeps to one message channel, so its posts stay in order;
+// threads spread over the K channels without a lock.
+Channel* VerbsConn::pick_msg() { return channels_[thread_index() % msg_channels_].get(); }
+
+// One-sided ops are done when they return, so any channel keeps their
+// order; a thread keeps to one all the same, spreading threads over the R.
+Channel* VerbsConn::pick_rdma() {
+  const uint32_t r = static_cast<uint32_t>(channels_.size()) - msg_channels_;
+  if (r == 0) return pick_msg();
+  return channels_[msg_channels_ + thread_index() % r].get();
 }
 
 Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire) || channels_.empty()) return Status(Code::kPeerDown);
-  Channel* ch = pick();
   const Caps& caps = t_->caps();
   if (wrs.size() == 2 && (wrs[0].flags & kWrGuard) != 0) {
-    LT_RETURN_IF_ERROR(ch->execute_guarded(wrs[0], wrs[1]));
+    LT_RETURN_IF_ERROR(pick_rdma()->execute_guarded(wrs[0], wrs[1]));
     return size_t{2};
   }
   if (wrs.size() == 2 && (wrs[1].flags & kWrGuard) != 0) {
-    LT_RETURN_IF_ERROR(ch->execute_guard_after(wrs[0], wrs[1]));
+    LT_RETURN_IF_ERROR(pick_rdma()->execute_guard_after(wrs[0], wrs[1]));
     return size_t{2};
   }
   for (size_t i = 0; i < wrs.size(); ++i) {
@@ -72,7 +83,7 @@ Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
       if (len > caps.max_msg) {
         s = Code::kInvalidArg;
       } else {
-        auto r = ch->post_message(wr);
+        auto r = pick_msg()->post_message(wr);
         if (!r) {
           s = r.status();
         } else if (!*r) {
@@ -80,7 +91,7 @@ Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
         }
       }
     } else {
-      s = ch->execute(wr);
+      s = pick_rdma()->execute(wr);
       if (s.is_ok() && (wr.flags & kWrSignaled)) t_->report_send_done(wr.wr_id, Code::kOk);
     }
     if (!s.is_ok()) {
@@ -91,94 +102,7 @@ Result<size_t> VerbsConn::post(std::span<const WorkRequest> wrs) {
   return wrs.size();
 }
 
-// --- QPs and channels ---
-
-Result<std::unique_ptr<Channel>> VerbsTransport::make_channel(VerbsConn* conn) {
-  std::unique_ptr<RcQp> qp;
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    if (!spare_.empty()) {
-      qp = std::move(spare_.back());
-      spare_.pop_back();
-    }
-  }
-  if (!qp) {
-    RcOptions o;
-    o.send_depth = config_.send_depth;
-    o.inline_bytes = caps_.max_inline;
-    std::string why;
-    auto q = RcQp::create(*dev_, o, &why);
-    if (!q) {
-      LT_WARN("rc: %s", why.c_str());
-      return q.status();
-    }
-    qp = std::move(*q);
-    count_qp();
-  }
-  auto ring = local_pools_->alloc(config_.send_ring_bytes);
-  if (!ring) {
-    qps_.fetch_sub(1);
-    return ring.status();
-  }
-  auto bounce = local_pools_->alloc(config_.bounce_bytes);
-  if (!bounce) {
-    qps_.fetch_sub(1);
-    local_pools_->free(*ring);
-    return bounce.status();
-  }
-  return std::make_unique<Channel>(this, conn, std::move(qp), *ring, *bounce, config_.send_depth);
-}
-
-// One more QP. The send CQ grows (doubling) until every QP's send queue fits
-// in it at once, as far as the device allows; cq_room() keeps the posts in
-// flight within what it holds either way. Cold (QP creation), so holding
-// the send CQ's lock across the resize is fine: pollers try it and go on.
-void VerbsTransport::count_qp() {
-  const uint64_t qps = qps_.fetch_add(1, std::memory_order_relaxed) + 1;
-  const uint64_t margin = 2ull * config_.send_depth;
-  const uint64_t want = qps * config_.send_depth + margin;
-  if (want <= cq_limit_.load(std::memory_order_relaxed) + margin) return;
-  std::lock_guard<SpinLock> held(send_cq_mu_);
-  uint64_t entries = dev_->cq_entries();
-  if (cq_fixed_ || want <= entries) return;
-  while (entries < want) entries *= 2;
-  if (dev_->max_cqe() != 0) entries = std::min<uint64_t>(entries, dev_->max_cqe());
-  std::string why;
-  if (entries <= dev_->cq_entries() ||
-      !dev_->grow_cq(static_cast<uint32_t>(entries), &why).is_ok()) {
-    cq_fixed_ = true;
-    const std::string because = why.empty() ? "" : " (" + why + ")";
-    LT_INFO(
-        "rc: the send CQ stays at %u entries%s: at most %llu work requests in flight over "
-        "all QPs",
-        dev_->cq_entries(), because.c_str(),
-        static_cast<unsigned long long>(dev_->cq_entries() - margin));
-  }
-  if (!cq_fixed_)
-    LT_DEBUG("rc: send CQ grown to %u entries for %llu QPs", dev_->cq_entries(),
-             static_cast<unsigned long long>(qps));
-  cq_limit_.store(dev_->cq_entries() - margin, std::memory_order_relaxed);
-}
-
-// Keeps qps_per_peer QPs made ahead, so a new peer's first operation pays
-// the exchange and the state changes, not QP creation. The poller's, when idle.
-void VerbsTransport::refill_spares() {
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> g(spare_mu_);
-      if (spare_.size() >= config_.qps_per_peer) return;
-    }
-    RcOptions o;
-    o.send_depth = config_.send_depth;
-    o.inline_bytes = caps_.max_inline;
-    std::string why;
-    auto q = RcQp::create(*dev_, o, &why);
-    if (!q) return;
-    count_qp();
-    std::lock_guard<std::mutex> g(spare_mu_);
-    spare_.push_back(std::move(*q));
-  }
-}
+// --- channels of a connection ---
 
 Status VerbsTransport::connect_channels(VerbsConn* conn, const ConnectReply& remote,
                                         std::string* why) {
@@ -234,7 +158,8 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
     return Code::kPeerDown;
   }
   const uint32_t k = config_.qps_per_peer;
-  if (!qp_budget_allows(k)) return Code::kNoResource;
+  const uint32_t r = config_.rdma_qps_per_peer;
+  if (!qp_budget_allows(k + r)) return Code::kNoResource;
   auto fd = net::connect_tcp(addr, d);
   if (!fd) return fd.status();
   auto conn = std::make_shared<VerbsConn>(this, std::move(*fd), peer.node);
@@ -243,16 +168,13 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
                          hello_counter_.fetch_add(1) + 1, hello_key_);
   req.magic = kConnectMagic;
   req.count = k;
-  for (uint32_t i = 0; i < k; ++i) {
-    auto ch = make_channel(conn.get());
-    if (!ch) return ch.status();
-    req.qp[i] = to_wire((*ch)->qp().local());
-    conn->channels_.push_back(std::move(*ch));
-  }
+  req.rdma_count = r;
   auto fail = [&](Code code) {
     qps_.fetch_sub(conn->channels_.size());
     return Status(code);
   };
+  if (Status s = make_channels(conn.get(), k, r); !s.is_ok()) return fail(s.code());
+  for (uint32_t i = 0; i < k + r; ++i) req.qp[i] = to_wire(conn->channels_[i]->qp().local());
   if (!net::write_all(conn->fd(), &req, sizeof(req), d).is_ok()) return fail(Code::kPeerDown);
   ConnectReply rep{};
   if (Status s = net::read_all(conn->fd(), &rep, sizeof(rep), d); !s.is_ok()) {
@@ -261,7 +183,7 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
   if (rep.magic == kConnectMagic && rep.status == static_cast<uint32_t>(Code::kNoResource)) {
     return fail(Code::kNoResource);  // its QP budget is spent: the next transport
   }
-  if (rep.magic != kConnectMagic || rep.status != 0 || rep.count != k) {
+  if (rep.magic != kConnectMagic || rep.status != 0 || rep.count != k || rep.rdma_count != r) {
     LT_WARN("rc: node %u refused the QP exchange (status %u)", peer.node, rep.status);
     return fail(Code::kPeerDown);
   }
@@ -395,25 +317,26 @@ bool VerbsTransport::answer_request(VerbsConn* c) {
     return false;
   }
   if (req.magic != kConnectMagic || req.count == 0 || req.count > kMaxQpsPerPeer ||
+      req.rdma_count > kMaxQpsPerPeer ||
       !hellos_.accept(req.hello, self_.load(), token_.load(), hello_key_)) {
     return false;
   }
   c->peer_.store(req.hello.node);
+  // The dialer's layout is the connection's: K and R may differ by node.
+  const uint32_t n = req.count + req.rdma_count;
   ConnectReply rep{};
   rep.magic = kConnectMagic;
   rep.count = req.count;
-  if (!qp_budget_allows(req.count)) rep.status = static_cast<uint32_t>(Code::kNoResource);
-  for (uint32_t i = 0; i < req.count && rep.status == 0; ++i) {
-    auto ch = make_channel(c);
-    if (!ch) {
-      rep.status = static_cast<uint32_t>(ch.status().code());
-      break;
+  rep.rdma_count = req.rdma_count;
+  if (!qp_budget_allows(n)) rep.status = static_cast<uint32_t>(Code::kNoResource);
+  if (rep.status == 0) {
+    if (Status s = make_channels(c, req.count, req.rdma_count); !s.is_ok()) {
+      rep.status = static_cast<uint32_t>(s.code());
     }
-    c->channels_.push_back(std::move(*ch));
   }
   std::string why;
   if (rep.status == 0) {
-    for (uint32_t i = 0; i < req.count; ++i) {
+    for (uint32_t i = 0; i < n; ++i) {
       Status s = c->channels_[i]->qp().connect(from_wire(req.qp[i]), &why);
       if (!s.is_ok()) {
         LT_ERROR("rc: accepting node %u: %s", req.hello.node, why.c_str());

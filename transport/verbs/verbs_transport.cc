@@ -60,12 +60,14 @@ VerbsTransport::~VerbsTransport() {
   {
     std::lock_guard<std::mutex> g(spare_mu_);
     spare_.clear();
+    rdma_spare_.clear();
   }
   regs_.clear();
   rx_region_.reset();
   if (rx_mem_ != nullptr) ::munmap(rx_mem_, rx_len_);
   local_pools_.reset();
   pools_.reset();
+  ocq_.reset();
   dev_.reset();
 }
 
@@ -104,9 +106,10 @@ Status VerbsTransport::open_device(TransportShare* share) {
   cq_limit_.store(dev_->cq_entries() - 2 * c.send_depth, std::memory_order_relaxed);
   pools_ = std::make_unique<MemPools>(*dev_, c.pool_bytes, choice->numa_node);
   // Send rings and bounce buffers: the first pool holds one peer's channels.
-  local_pools_ =
-      std::make_unique<MemPools>(*dev_, 16u << 20, choice->numa_node, false,
-                                 size_t{c.qps_per_peer} * (c.send_ring_bytes + c.bounce_bytes));
+  const size_t bounces = c.rdma_qps_per_peer != 0 ? c.rdma_qps_per_peer : c.qps_per_peer;
+  local_pools_ = std::make_unique<MemPools>(
+      *dev_, 16u << 20, choice->numa_node, false,
+      size_t{c.qps_per_peer} * c.send_ring_bytes + bounces * c.bounce_bytes);
   // Receive buffers, all posted.
   const size_t rx_len = size_t{c.recv_buffers} * c.recv_buffer_bytes;
   void* rx = ::mmap(nullptr, rx_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -162,14 +165,16 @@ Status VerbsTransport::open_control() {
 
 Status VerbsTransport::init(TransportShare* share) {
   const VerbsConfig& c = config_;
-  if (c.qps_per_peer == 0 || c.qps_per_peer > kMaxQpsPerPeer || c.send_depth < 8 ||
-      c.recv_buffers < 8 || c.recv_buffer_bytes < 256 || c.max_msg_bytes == 0 ||
+  if (c.qps_per_peer == 0 || c.qps_per_peer > kMaxQpsPerPeer ||
+      c.rdma_qps_per_peer > kMaxQpsPerPeer || c.send_depth < 8 || c.recv_buffers < 8 ||
+      c.recv_buffer_bytes < 256 || c.max_msg_bytes == 0 ||
       c.send_ring_bytes < 2 * c.recv_buffer_bytes || c.bounce_bytes < kPage) {
     LT_ERROR(
-        "rc: verbs.qps_per_peer must be 1 to %u, verbs.send_depth and verbs.recv_buffers at "
-        "least 8, verbs.recv_buffer_bytes at least 256, verbs.send_ring_bytes at least twice "
-        "verbs.recv_buffer_bytes, verbs.bounce_bytes at least 4096",
-        kMaxQpsPerPeer);
+        "rc: verbs.qps_per_peer must be 1 to %u, verbs.rdma_qps_per_peer 0 to %u, "
+        "verbs.send_depth and verbs.recv_buffers at least 8, verbs.recv_buffer_bytes at least "
+        "256, verbs.send_ring_bytes at least twice verbs.recv_buffer_bytes, verbs.bounce_bytes "
+        "at least 4096",
+        kMaxQpsPerPeer, kMaxQpsPerPeer);
     return Code::kInvalidArg;
   }
   LT_RETURN_IF_ERROR(open_device(share));
@@ -185,6 +190,12 @@ Status VerbsTransport::init(TransportShare* share) {
     return probe.status();
   }
   caps_.max_inline = (*probe)->max_inline();
+  auto ocq = OneSidedCq::create(*dev_, kOneSidedCqEntries, &why);
+  if (!ocq) {
+    LT_ERROR("rc: %s", why.c_str());
+    return ocq.status();
+  }
+  ocq_ = std::move(*ocq);
   count_qp();
   spare_.push_back(std::move(*probe));
   caps_.reliable = true;
@@ -261,7 +272,7 @@ TransportStats VerbsTransport::stats() const {
   s.connections = conns_.size();
   {
     std::lock_guard<std::mutex> g(spare_mu_);
-    s.spare_queue_pairs = spare_.size();
+    s.spare_queue_pairs = spare_.size() + rdma_spare_.size();
   }
   const size_t all = qps_.load(std::memory_order_relaxed);
   s.queue_pairs = all > s.spare_queue_pairs ? all - s.spare_queue_pairs : 0;
@@ -269,11 +280,17 @@ TransportStats VerbsTransport::stats() const {
   return s;
 }
 
-void VerbsTransport::poll_send_cq() {
-  if (!send_cq_mu_.try_lock()) return;
+void VerbsTransport::poll_send_cq() { poll_cq(dev_->cq(), send_cq_mu_); }
+
+void VerbsTransport::poll_onesided_cq() {
+  if (ocq_ != nullptr) poll_cq(ocq_->raw(), ocq_->lock());
+}
+
+void VerbsTransport::poll_cq(ibv_cq* cq, SpinLock& mu) {
+  if (!mu.try_lock()) return;
   ibv_wc wc[16];
   int n;
-  while ((n = ibv_poll_cq(dev_->cq(), 16, wc)) > 0) {
+  while ((n = ibv_poll_cq(cq, 16, wc)) > 0) {
     for (int i = 0; i < n; ++i) {
       const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id >> 48);
       const uint16_t gen = static_cast<uint16_t>(wc[i].wr_id >> 32);
@@ -282,7 +299,7 @@ void VerbsTransport::poll_send_cq() {
       ch->on_completion(wc[i]);
     }
   }
-  send_cq_mu_.unlock();
+  mu.unlock();
 }
 
 void VerbsTransport::report_send_done(uint64_t wr_id, Code code) {
@@ -335,6 +352,7 @@ void VerbsTransport::close_conn(VerbsConn* c, std::span<Completion> out, size_t*
 void VerbsTransport::remove_channels(VerbsConn* c) {
   {
     std::lock_guard<SpinLock> cq(send_cq_mu_);
+    std::lock_guard<SpinLock> ocq(ocq_->lock());
     std::lock_guard<std::mutex> g(slots_mu_);
     for (auto& ch : c->channels_) {
       if (ch->slot() == 0) continue;
@@ -362,6 +380,7 @@ void VerbsTransport::sweep_closed(bool all) {
   for (size_t i = 0; i < closing_.size();) {
     VerbsConn* c = closing_[i].get();
     poll_send_cq();
+    poll_onesided_cq();
     bool drained = true;
     for (auto& ch : c->channels_) drained = drained && ch->in_flight() == 0;
     if (!all && !drained && now - c->closed_ns_ < kClosingGraceNs) {

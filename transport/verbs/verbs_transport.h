@@ -47,6 +47,7 @@
 #include "transport/transport.h"
 #include "transport/verbs/done_queue.h"
 #include "transport/verbs/mem_pool.h"
+#include "transport/verbs/onesided_cq.h"
 #include "transport/verbs/verbs_conn.h"
 #include "transport/verbs/verbs_device.h"
 
@@ -112,6 +113,8 @@ class VerbsTransport final : public Transport {
   void msgs_done(uint32_t n) { msgs_out_.fetch_sub(n, std::memory_order_relaxed); }
   /// Polls the send CQ unless another thread is at it. Any thread.
   void poll_send_cq();
+  /// The same for the one-sided QPs' CQ (onesided_cq.h).
+  void poll_onesided_cq();
   void report_send_done(uint64_t wr_id, Code code);
   void note_backlog(Channel* c);
   void break_conn(VerbsConn* c);
@@ -122,8 +125,11 @@ class VerbsTransport final : public Transport {
   friend class VerbsConn;
   Status open_device(TransportShare* share);
   Status open_control();
-  // verbs_connect.cc: the QP address exchange.
-  Result<std::unique_ptr<Channel>> make_channel(VerbsConn* conn);
+  // verbs_connect.cc: the QP address exchange; qp_supply.cc: QPs and channels.
+  // What a channel carries: its registered memory follows (verbs_conn.h).
+  enum class ChannelRole : uint8_t { kMessages, kOneSided, kBoth };
+  Result<std::unique_ptr<Channel>> make_channel(VerbsConn* conn, ChannelRole role);
+  Status make_channels(VerbsConn* conn, uint32_t k, uint32_t r);
   Status connect_channels(VerbsConn* conn, const ConnectReply& remote, std::string* why);
   Result<std::shared_ptr<VerbsConn>> dial(const PeerInfo& peer, Deadline d);
   bool qp_budget_allows(uint32_t k) const;
@@ -139,7 +145,10 @@ class VerbsTransport final : public Transport {
   void add_channels(VerbsConn* c);
   void remove_channels(VerbsConn* c);
   void refill_spares();
-  void count_qp();
+  // One more QP; `message_cq`: on the send CQ, which grows with them.
+  void count_qp(bool message_cq = true);
+  void poll_cq(ibv_cq* cq, SpinLock& mu);
+  RcOptions qp_options(bool onesided) const;
   Status open_loopback();  // loopback.cc
 
   // verbs_recv.cc: the receive path.
@@ -159,6 +168,7 @@ class VerbsTransport final : public Transport {
   Caps caps_;
   std::string address_;
   std::unique_ptr<VerbsDevice> dev_;
+  std::unique_ptr<OneSidedCq> ocq_;        // after dev_, before every QP: destroyed after them
   std::unique_ptr<MemPools> pools_;        // LMR memory, zero-based
   std::unique_ptr<MemPools> local_pools_;  // send rings and bounce buffers
   net::Fd listen_fd_, epfd_, awake_fd_;
@@ -190,9 +200,9 @@ class VerbsTransport final : public Transport {
 
   ConnTable<VerbsConn> conns_;
 
-  // QPs made ahead of need.
+  // QPs made ahead of need: on the send CQ, and on the one-sided CQ.
   mutable std::mutex spare_mu_;
-  std::vector<std::unique_ptr<RcQp>> spare_;
+  std::vector<std::unique_ptr<RcQp>> spare_, rdma_spare_;
 
   // Channels by slot, for send completions (wr_id names the slot).
   struct ChannelSlot {
@@ -200,7 +210,8 @@ class VerbsTransport final : public Transport {
     uint16_t gen = 0;
   };
   static constexpr uint32_t kMaxChannels = 1u << 16;
-  static constexpr uint32_t kFirstSendQueues = 4;  // the send CQ's first size, in send queues
+  static constexpr uint32_t kFirstSendQueues = 4;       // the send CQ's first size, in send queues
+  static constexpr uint32_t kOneSidedCqEntries = 4096;  // one-sided ops in flight: 2 per thread
   // Made by init() once a device opened: 1 MiB written at construction
   // cost every process without a device 256 page faults in LT_join.
   std::unique_ptr<ChannelSlot[]> slots_;

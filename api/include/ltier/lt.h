@@ -337,8 +337,9 @@ int LT_devices(const char* config_path, lt_device_port_t* out, uint32_t cap, uin
 typedef struct lt_transport_stats {
   char name[8];               /* "shm", "rc", "tcp" */
   uint64_t connections;       /* live connections to peers */
-  uint64_t queue_pairs;       /* rc: QPs in use, verbs.qps_per_peer per connected peer
-                                 (shared by every thread), and any still closing */
+  uint64_t queue_pairs;       /* rc: QPs in use, verbs.qps_per_peer + verbs.rdma_qps_per_peer
+                                 per connected peer (shared by every thread), and any still
+                                 closing */
   uint64_t spare_queue_pairs; /* rc: QPs made ahead of need, not connected yet */
   uint64_t registrations;     /* rc: memory registrations with the device (pools) */
   uint64_t retransmits;       /* ud: datagrams sent again (timeouts, reported holes) */

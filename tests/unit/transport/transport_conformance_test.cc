@@ -649,6 +649,68 @@ TEST_P(TransportConformance, OneSidedWriteImmDeliversImmAfterTheData) {
   EXPECT_EQ(len, 0u);
 }
 
+// Send messages to an owner that takes none (it never polls) until posts
+// meet back-pressure that polling the sender does not end, then read, write
+// and add on its memory / Expect each
+// one-sided op done at once, and every message delivered in order once the
+// owner polls. (On rc the owner's receive buffers run out: its device
+// answers the next SEND "receiver not ready", and a one-sided op queued on
+// the same QP behind that SEND would wait as long as the owner takes
+// nothing. A progress thread waiting so inside a handler reposts no buffers
+// of its own, so two nodes doing it to each other waited for ever.)
+TEST_P(TransportConformance, OneSidedOpsDoNotWaitForTheOwnerToTakeMessages) {
+  if (!caps().one_sided || !caps().atomics64) {
+    GTEST_SKIP() << GetParam().name << " has no native one-sided ops";
+  }
+  HangGuard guard(Deadline::after_ms(6 * kWaitMs), "one-sided ops behind refused messages");
+  MemRegion mr = alloc_on(b_, 4096);
+  fill_pattern(mr.addr, 256, 5);
+  constexpr uint64_t kMaxMessages = 1u << 20;
+  std::vector<std::byte> msg(64);
+  uint64_t accepted = 0;
+  for (int refused = 0; accepted < kMaxMessages && refused < 200;) {
+    fill_pattern(msg.data(), msg.size(), accepted);
+    WorkRequest wr = send_wr(accepted, msg.data(), msg.size());
+    auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+    ASSERT_TRUE(r.is_ok()) << r.status().name();
+    if (*r == 1) {
+      ++accepted;
+      refused = 0;
+      continue;
+    }
+    ++refused;  // the sender's completions may free room: poll it, not the owner
+    pump_side(a_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_LT(accepted, kMaxMessages) << "no back-pressure from an owner that takes nothing";
+  // Posted without polling either side: each op is done when post returns.
+  std::vector<std::byte> back(256);
+  auto r = ab_->post(std::vector<WorkRequest>{rdma_wr(Op::kRead, 1, back.data(), 256, 0, mr.rkey)});
+  ASSERT_TRUE(r.is_ok()) << r.status().name();
+  EXPECT_EQ(check_pattern(back.data(), back.size(), 5), SIZE_MAX);
+  auto data = pattern(100, 9);
+  r = ab_->post(std::vector<WorkRequest>{rdma_wr(Op::kWrite, 2, data.data(), 100, 1000, mr.rkey)});
+  ASSERT_TRUE(r.is_ok()) << r.status().name();
+  EXPECT_EQ(std::memcmp(mr.addr + 1000, data.data(), data.size()), 0);
+  uint64_t old = 1;
+  r = ab_->post(std::vector<WorkRequest>{atomic_wr(Op::kFetchAdd, &old, 2048, mr.rkey, 0, 3)});
+  ASSERT_TRUE(r.is_ok()) << r.status().name();
+  EXPECT_EQ(old, 0u);
+  // The owner takes its messages now: all of them, in order, once each.
+  uint64_t next = 0;
+  int bad = 0;
+  b_->on_rx = [&](const Completion& c) {
+    if (c.len != msg.size() || check_pattern(c.rx, c.len, next) != SIZE_MAX) ++bad;
+    ++next;
+  };
+  ASSERT_TRUE(pump_until([&] { return next >= accepted; })) << next << " of " << accepted;
+  pump_once();
+  EXPECT_EQ(next, accepted);
+  EXPECT_EQ(bad, 0);
+  EXPECT_TRUE(ab_->alive());
+  b_->on_rx = nullptr;
+}
+
 TEST_P(TransportConformance, ConcurrentAtomicsFromTwoPeers) {
   if (!caps().atomics64) GTEST_SKIP() << GetParam().name << " has no native atomics";
   Side* c = add_side(3);
