@@ -58,8 +58,11 @@ void UdTransport::recover_qp(uint64_t now) {
   }
   // Every post granted before the fence completes (flushed, as the QP is in
   // error) before the reset, so that no slot is left counted in the device.
+  // Fewer than none in flight (more completions than posts: seen once in
+  // the guest, two send queues' worth) counts as none, or the fence would
+  // never lift and every peer would be lost.
   poll_send_cq();
-  if (sq_used_.load(std::memory_order_acquire) != kSqFence) {
+  if (static_cast<int32_t>(sq_used_.load(std::memory_order_acquire) - kSqFence) > 0) {
     if (!fence_warned_ && now - fenced_at_ns_ > kFenceWarnNs) {
       LT_WARN(
           "ud: %u posts to the UD QP on %s have not completed a second after it failed; "
@@ -85,7 +88,16 @@ void UdTransport::recover_qp(uint64_t now) {
     need_timer(reset_retry_ns_);
     return;
   }
-  sq_used_.fetch_sub(kSqFence, std::memory_order_acq_rel);
+  poll_send_cq();  // flushes that came before the reset
+  const int32_t left = static_cast<int32_t>(sq_used_.load(std::memory_order_acquire) - kSqFence);
+  if (left < 0) {
+    LT_WARN("ud: the UD QP on %s completed %d more posts than it was given before its reset",
+            c.device.c_str(), -left);
+  }
+  // Back to exactly none in flight (senders that try meanwhile take back
+  // what they added).
+  sq_used_.fetch_sub(kSqFence + static_cast<uint32_t>(std::min(left, 0)),
+                     std::memory_order_acq_rel);
   sq_fenced_ = false;
   qp_resets_.fetch_add(1, std::memory_order_relaxed);
   LT_INFO("ud: the UD QP %u on %s is in service again", qp_->qp_num, c.device.c_str());
