@@ -20,7 +20,6 @@
 namespace lt::transport::verbs {
 
 namespace {
-constexpr uint64_t kChannelTag = 2, kAwakeTag = 3;
 constexpr uint64_t kClosingGraceNs = 2'000'000'000;
 }  // namespace
 
@@ -151,8 +150,8 @@ Status VerbsTransport::open_control() {
   if (!epfd_.valid() || !awake_fd_.valid() || !ctl_epfd_.valid() || !ctl_stop_.valid()) {
     return Code::kSys;
   }
-  LT_RETURN_IF_ERROR(add_to_epoll(dev_->channel_fd(), kChannelTag));
-  LT_RETURN_IF_ERROR(add_to_epoll(awake_fd_.get(), kAwakeTag));
+  LT_RETURN_IF_ERROR(add_to_epoll(dev_->channel_fd(), kCqChannelTag));
+  LT_RETURN_IF_ERROR(add_to_epoll(awake_fd_.get(), kAwakeFdTag));
   for (auto [fd, tag] : {std::pair{listen_fd_.get(), kListenTag}, {ctl_stop_.get(), kStopTag}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -397,75 +396,6 @@ void VerbsTransport::sweep_closed(bool all) {
   while (!dead_channels_.empty() &&
          (all || now - dead_channels_.front().since_ns > kDeadChannelNs)) {
     dead_channels_.erase(dead_channels_.begin());
-  }
-}
-
-void VerbsTransport::handle_events() {
-  epoll_event evs[4];
-  int k = ::epoll_wait(epfd_.get(), evs, 4, 0);
-  for (int i = 0; i < k; ++i) {
-    if (evs[i].data.u64 == kChannelTag) {
-      bool send_fired = false;
-      dev_->drain_events(&send_fired);
-      if (send_fired) send_armed_.store(false, std::memory_order_seq_cst);
-      if (armed_.exchange(false)) kick();
-    }
-  }
-}
-
-void VerbsTransport::arm_send() {
-  if (!send_armed_.exchange(true, std::memory_order_seq_cst)) dev_->arm_send();
-}
-
-// Before the post, so the completion of a message posted while the poller
-// sleeps raises the event. Pairs with try_arm: each stores before it loads,
-// so one of them sees the other and the send CQ is armed.
-void VerbsTransport::msg_posting() {
-  msgs_out_.fetch_add(1, std::memory_order_seq_cst);
-  if (armed_.load(std::memory_order_seq_cst) && !send_armed_.load(std::memory_order_relaxed)) {
-    arm_send();
-  }
-}
-
-// Armed only here, never by a spin of empty polls: an armed CQ makes the
-// device raise an event per completion (on Soft-RoCE a tasklet and a
-// wake-up of the channel's waiters), which a caller polling for its reply
-// would pay for with nobody asleep to wake.
-void VerbsTransport::prepare_sleep() {
-  dev_->events().read();  // the device's own events (async_events.h), before the poller sleeps
-  handle_events();        // a stale event would end the sleep at once
-  try_arm();
-}
-
-// Going to sleep: arm the receive CQ, and the send CQ while messages are in
-// flight (msg_posting arms it for one posted later), then look once more (a
-// completion that came before the arming raises no event).
-void VerbsTransport::try_arm() {
-  if (conns_.has_pending() || has_backlog_.load() || has_broken_.load()) return;
-  // What an earlier arming stashed still waits for a poll (two threads may
-  // prepare to sleep in a row: the progress thread and a caller that sleeps
-  // on the transports): keep it, and stay awake.
-  if (stash_n_ != 0) {
-    kick();
-    return;
-  }
-  net::drain_eventfd(awake_fd_.get());
-  armed_.store(true, std::memory_order_seq_cst);
-  if (dev_->recv_cq() == dev_->cq()) {
-    dev_->arm();  // one CQ for both
-  } else {
-    dev_->arm_recv();
-    if (msgs_out_.load(std::memory_order_seq_cst) != 0) arm_send();
-  }
-  // Completions that came before the arming raise no event: take them now
-  // (the send CQ's are handled where they are found; the receive CQ's wait
-  // in stash_ for the next poll) and stay awake if there were any.
-  poll_send_cq();
-  stash_n_ = ibv_poll_cq(dev_->recv_cq(), 1, stash_.get());
-  if (stash_n_ < 0) stash_n_ = 0;
-  if (stash_n_ != 0 || done_.pending()) {
-    armed_.store(false, std::memory_order_seq_cst);
-    kick();
   }
 }
 

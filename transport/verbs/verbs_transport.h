@@ -135,6 +135,8 @@ class VerbsTransport final : public Transport {
   bool qp_budget_allows(uint32_t k) const;
   // The control thread.
   static constexpr uint64_t kListenTag = 1, kStopTag = 4;  // its epoll tags; others are conns
+  // The poller's epoll tags (wait_fd()): the completion channel, the awake fd.
+  static constexpr uint64_t kCqChannelTag = 2, kAwakeFdTag = 3;
   void control_loop();
   void accept_all();
   void on_control(const std::shared_ptr<VerbsConn>& c, uint32_t events);
