@@ -58,9 +58,10 @@ void UdTransport::recover_qp(uint64_t now) {
   }
   // Every post granted before the fence completes (flushed, as the QP is in
   // error) before the reset, so that no slot is left counted in the device.
-  // Fewer than none in flight (more completions than posts: seen once in
-  // the guest, two send queues' worth) counts as none, or the fence would
-  // never lift and every peer would be lost.
+  // Fewer than none in flight (more completions than posts) counts as
+  // none, or the fence would never lift and every peer would be lost;
+  // completions of no post are dropped before they count (completion_of),
+  // so this is a second line.
   poll_send_cq();
   if (static_cast<int32_t>(sq_used_.load(std::memory_order_acquire) - kSqFence) > 0) {
     if (!fence_warned_ && now - fenced_at_ns_ > kFenceWarnNs) {
@@ -93,6 +94,10 @@ void UdTransport::recover_qp(uint64_t now) {
   if (left < 0) {
     LT_WARN("ud: the UD QP on %s completed %d more posts than it was given before its reset",
             c.device.c_str(), -left);
+  }
+  if (const uint64_t stray = stray_completions_.exchange(0); stray != 0) {
+    LT_WARN("ud: the UD QP on %s flushed %llu work requests it did not hold (dropped)",
+            c.device.c_str(), static_cast<unsigned long long>(stray));
   }
   // Back to exactly none in flight (senders that try meanwhile take back
   // what they added).

@@ -86,18 +86,41 @@ size_t UdTransport::send(UdConn& c, const UdSend* s, size_t n) {
   return grant;
 }
 
+// A completion for a slot with no post in the device is not one of ours:
+// Soft-RoCE (kernel 6.1) has been seen to flush a whole extra lap of a UD
+// send queue that went to the error state, stale work requests included.
+// Taken as real, those freed slots that were free already and counted
+// posts that were never made, and the node lost every ud peer. They are
+// dropped here and counted. (A stale one that names a slot in the device
+// frees it early; the QP is in error, so the device sends nothing from it,
+// and the slot's own completion then finds it done and is dropped.)
+bool UdTransport::completion_of(uint32_t slot) {
+  if (slot >= slots_) return false;
+  uint32_t s = slot_state_[slot].load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & kInDeviceMask) == 0) return false;
+    if (slot_state_[slot].compare_exchange_weak(s, s - 1, std::memory_order_acq_rel)) break;
+  }
+  if (s == (kReleased | 1)) free_slot(slot);
+  return true;
+}
+
 void UdTransport::poll_send_cq() {
   ibv_wc wc[32];
   int k;
   while ((k = ibv_poll_cq(dev_->cq(), 32, wc)) > 0) {
+    uint32_t ours = 0;
     for (int i = 0; i < k; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) {
         LT_DEBUG("ud: a send failed: %s", ibv_wc_status_str(wc[i].status));
         note_qp_error();
       }
-      slot_done(static_cast<uint32_t>(wc[i].wr_id));
+      if (completion_of(static_cast<uint32_t>(wc[i].wr_id))) ++ours;
     }
-    sq_used_.fetch_sub(static_cast<uint32_t>(k), std::memory_order_acq_rel);
+    sq_used_.fetch_sub(ours, std::memory_order_acq_rel);
+    if (ours != static_cast<uint32_t>(k)) {
+      stray_completions_.fetch_add(static_cast<uint32_t>(k) - ours, std::memory_order_relaxed);
+    }
   }
 }
 

@@ -139,6 +139,8 @@ class UdTransport final : public Transport {
   void refresh_conns();
 
   void poll_send_cq();
+  // A send completion's slot: false when it has no post in the device.
+  bool completion_of(uint32_t slot);
   void run_timers(uint64_t now, std::span<Completion> out, size_t* n);
   void close_conn(UdConn* c, std::span<Completion> out, size_t* n, const char* why);
   void handle_events();
@@ -224,6 +226,7 @@ class UdTransport final : public Transport {
   std::atomic<bool> has_broken_{false};
   std::atomic<uint64_t> retransmits_{0}, window_cuts_{0}, mark_cuts_{0}, marks_sent_{0},
       qp_resets_{0};
+  std::atomic<uint64_t> stray_completions_{0};  // send completions of no post (dropped)
 };
 
 }  // namespace lt::transport::verbs
