@@ -34,9 +34,7 @@ void UdTransport::slot_posted(uint32_t slot) {
 
 // The device is done with one post of `slot`; the last one of a released
 // slot frees it.
-void UdTransport::slot_done(uint32_t slot) {
-  if (slot_state_[slot].fetch_sub(1, std::memory_order_acq_rel) == (kReleased | 1)) free_slot(slot);
-}
+void UdTransport::slot_done(uint32_t slot) { (void)completion_of(slot); }
 
 void UdTransport::release_slot(uint32_t slot) {
   if (slot == kNoSlot) return;
