@@ -5,7 +5,8 @@
 // asserts nothing.
 //
 //   qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]
-//                 [--target-rtt auto|DURATION] [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
+//                 [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]
+//                 [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
 //
 // `peers` adds a second server node: the latency tenant calls the first,
 // and the bulk tenant writes to both at once (a thread each), which shows
@@ -15,6 +16,9 @@
 // addresses, and the manager and the tenants on IP in this one: a slow link
 // to one server is then congestion at that peer only (bench/qos_peers.sh
 // builds such a setup).
+//
+// --cpus gives the two classes CPUs of their own with QoS on (the classes'
+// `cpus` key, e.g. 0/1); the server node is not placed.
 //
 // LTIER_TRANSPORTS picks the transport (tcp or shm,tcp). Output lines:
 //   case=NAME lat_p50_us= lat_p99_us= lat_p999_us= bulk_gbps= bulk_after_gbps=
@@ -328,6 +332,7 @@ int main(int argc, char** argv) {
   uint64_t period_us = 100;
   std::string host_ip = "127.0.0.1";
   std::string target_rtt = "auto";  // the latency class's (a duration, or auto)
+  std::string lat_cpus, bulk_cpus;  // the classes' cpus keys, or nothing
   std::vector<std::pair<std::string, std::string>> netns;  // (namespace, address) per server
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -336,6 +341,17 @@ int main(int argc, char** argv) {
     if (a == "--period-us") period_us = strtoull(argv[i + 1], nullptr, 10);
     if (a == "--host-ip") host_ip = argv[i + 1];
     if (a == "--target-rtt") target_rtt = argv[i + 1];
+    if (a == "--cpus") {
+      const std::string v = argv[i + 1];
+      const size_t slash = v.find('/');
+      if (slash == std::string::npos) {
+        fprintf(stderr, "qos_isolation: --cpus takes LATENCY_CPUS/BULK_CPUS, not '%s'\n",
+                v.c_str());
+        return 2;
+      }
+      lat_cpus = ", cpus: \"" + v.substr(0, slash) + "\"";
+      bulk_cpus = ", cpus: \"" + v.substr(slash + 1) + "\"";
+    }
     if (a == "--netns") {
       std::istringstream list(argv[i + 1]);
       for (std::string item; std::getline(list, item, ',');) {
@@ -366,8 +382,8 @@ int main(int argc, char** argv) {
   const std::string off = dir + "/qos_isolation_off_" + std::to_string(getpid()) + ".yaml";
   std::ofstream(on)
       << "qos:\n  classes:\n    - {name: latency, priority: 0, target_rtt: " << target_rtt
-      << "}\n"
-         "    - {name: bulk, priority: 1}\n  tenants:\n"
+      << lat_cpus << "}\n    - {name: bulk, priority: 1" << bulk_cpus
+      << "}\n  tenants:\n"
          "    - {name: lat, classes: [latency]}\n    - {name: bulk, classes: [bulk]}\n"
          "    - {name: app, classes: [latency, bulk], default_class: bulk}\n";
   std::ofstream(off) << "qos: {}\n";

@@ -1,5 +1,6 @@
 #include "common/qos_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -140,6 +141,35 @@ bool parse_size(const std::string& s, uint64_t* out) {
                                {"GB", 1e9},
                                {"TiB", 1099511627776.0}};
   return parse_with_units(s, units, true, out);
+}
+
+bool parse_cpu_list(const std::string& text, std::vector<uint32_t>* out) {
+  std::set<uint32_t> cpus;
+  // One CPU number, digits only, below kMaxCpu.
+  auto number = [](const std::string& t, uint32_t* n) {
+    if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    *n = static_cast<uint32_t>(std::strtoul(t.c_str(), nullptr, 10));
+    return *n < kMaxCpu;
+  };
+  size_t at = 0;
+  for (;;) {  // items "N" or "N-M", split by commas, blanks around them allowed
+    const size_t comma = std::min(text.find(',', at), text.size());
+    std::string item = text.substr(at, comma - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    const size_t dash = item.find('-');
+    uint32_t lo = 0, hi = 0;
+    if (!number(item.substr(0, dash), &lo)) return false;
+    hi = lo;
+    if (dash != std::string::npos && (!number(item.substr(dash + 1), &hi) || hi < lo)) return false;
+    for (uint32_t c = lo; c <= hi; ++c) cpus.insert(c);
+    if (comma == text.size()) break;
+    at = comma + 1;
+  }
+  out->assign(cpus.begin(), cpus.end());
+  return true;
 }
 
 bool parse_duration_ns(const std::string& s, uint64_t* out) {

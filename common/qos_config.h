@@ -23,6 +23,7 @@ struct QosClass {
   uint64_t max_bytes_per_s = 0;  // hard cap; 0: none
   uint64_t target_rtt_ns = 0;    // 0: derived from the measured unloaded RTT
   uint32_t floor_percent = 5;    // a throttled class keeps at least this share
+  std::vector<uint32_t> cpus;    // CPUs its threads run on, ascending; empty: not placed
   int line = 0;                  // where it was defined (1-based; 0: not from a file)
 };
 
@@ -60,5 +61,9 @@ Status check_qos_tenant(const QosPolicy& p, const std::string& tenant, std::stri
 bool parse_size(const std::string& s, uint64_t* out);
 /// "200us", "1.5ms", "2s", "500ns" -> nanoseconds.
 bool parse_duration_ns(const std::string& s, uint64_t* out);
+/// "3", "0-3", "0,2-3,8" -> the CPUs named, ascending, each once, every one
+/// below kMaxCpu.
+constexpr uint32_t kMaxCpu = 1024;
+bool parse_cpu_list(const std::string& s, std::vector<uint32_t>* out);
 
 }  // namespace lt

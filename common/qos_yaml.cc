@@ -103,10 +103,13 @@ Status read_class(const YAML::Node& e, const std::string& path, QosClass* c, std
       if (c->floor_percent == 0 || c->floor_percent > 100) {
         return fail(error, where(key, v) + ": must be 1 to 100");
       }
+    } else if (k == "cpus") {
+      LT_RETURN_IF_ERROR(field(key, v, "a CPU list such as 0-3,8", error,
+                               [&](const std::string& s) { return parse_cpu_list(s, &c->cpus); }));
     } else {
       return fail(error, where(key, kv.first) +
                              ": unknown class key (name, priority, weight, max_ops_per_s, "
-                             "max_bytes_per_s, target_rtt, floor_percent)");
+                             "max_bytes_per_s, target_rtt, floor_percent, cpus)");
     }
   }
   if (c->name.empty()) return fail(error, where(path, e) + ": a class needs a name");

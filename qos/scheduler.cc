@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/tls.h"
 #include "qos/base_rtt.h"
+#include "qos/cpu_placement.h"
 #include "qos/peer_lanes.h"
 
 namespace lt::qos {
@@ -45,6 +46,7 @@ struct Scheduler::Class {
     if (c.target_rtt_ns == 0) (void)peers.make();
   }
   QosClass cfg;
+  CpuMask cpus;  // where its threads run (cfg.cpus within the process's CPUs)
 
   SpinLock mu;                     // rc, lanes, the caps and the interval's figures
   RateControl rc;                  // the whole class: for congestion that names no peer it reaches
@@ -145,6 +147,7 @@ Status Scheduler::start(std::string* error) {
     default_class = config_.default_class;
   }
   process_class_ = static_cast<uint8_t>(index(default_class));
+  LT_RETURN_IF_ERROR(place_classes(error));
   if (config_.board != "none") {
     const std::string name = config_.board == "auto" || config_.board.empty()
                                  ? "ltier-qos-" + std::to_string(::getuid())
@@ -155,6 +158,26 @@ Status Scheduler::start(std::string* error) {
   }
   LT_INFO("qos: tenant '%s', %zu classes, this process's class '%s'", config_.tenant.c_str(),
           classes_.size(), default_class.c_str());
+  // The joining thread, and so the threads the engine starts after this.
+  place_thread(classes_[process_class_]->cpus);
+  return Status::ok();
+}
+
+// Each class's CPUs within those the joining thread may run on.
+Status Scheduler::place_classes(std::string* error) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) CPU_ZERO(&allowed);
+  for (auto& k : classes_) {
+    std::string why;
+    if (!CpuMask::within(k->cfg.cpus, allowed, &k->cpus, &why).is_ok()) {
+      if (error) {
+        *error = "qos.classes '" + k->cfg.name + "'" +
+                 (k->cfg.line > 0 ? " (line " + std::to_string(k->cfg.line) + ")" : "") + ": " +
+                 why;
+      }
+      return Code::kInvalidArg;
+    }
+  }
   return Status::ok();
 }
 
@@ -162,12 +185,14 @@ Status Scheduler::set_thread_class(const std::string& name) const {
   if (classes_.empty()) return Code::kUnsupported;
   if (name.empty()) {
     tl_class.scheduler = 0;
+    place_thread(classes_[process_class_]->cpus);
     return Status::ok();
   }
   for (size_t i = 0; i < classes_.size(); ++i) {
     if (classes_[i]->cfg.name != name) continue;
     if (std::find(allowed_.begin(), allowed_.end(), i) == allowed_.end()) return Code::kPerm;
     tl_class = {id_, static_cast<uint8_t>(i)};
+    place_thread(classes_[i]->cpus);
     return Status::ok();
   }
   return Code::kNotFound;

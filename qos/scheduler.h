@@ -90,8 +90,9 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   /// Checks the tenant and the process's class against the policy and
-  /// builds the class tables; before any other call. kInvalidArg with
-  /// `*error` naming the key.
+  /// builds the class tables; before any other call. Moves the calling
+  /// thread to the process's class's CPUs when it names some (the threads
+  /// it starts later inherit them). kInvalidArg with `*error` naming the key.
   Status start(std::string* error);
 
   bool enabled() const { return !classes_.empty(); }
@@ -104,8 +105,9 @@ class Scheduler {
   uint64_t chunk_bytes(uint64_t normal) const;
 
   /// The calling thread's calls go to class `name` from now on (empty: back
-  /// to the process's class). kNotFound: no such class; kPermission: the
-  /// tenant may not use it; kUnsupported: QoS is off.
+  /// to the process's class), and the thread runs on that class's CPUs when
+  /// it names some (qos/cpu_placement.h). kNotFound: no such class; kPermission:
+  /// the tenant may not use it; kUnsupported: QoS is off.
   Status set_thread_class(const std::string& name) const;  // only the calling thread's state
   /// The calling thread's class name ("" with QoS off).
   std::string thread_class() const;
@@ -214,6 +216,7 @@ class Scheduler {
   Status pace(uint64_t bytes, Deadline d, Ticket* t);
   void on_complete(const Ticket& t, uint64_t now);
   void class_done(uint8_t cls);
+  Status place_classes(std::string* error);
   uint8_t current_class() const;
   void maybe_tick(uint64_t now) {
     uint64_t next = next_tick_.load(std::memory_order_relaxed);

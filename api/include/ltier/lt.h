@@ -389,7 +389,9 @@ int LT_metrics_address(const lt_engine_t* e, char* buf, size_t cap);
  * rate-limited while a higher class is active and its RTT is above target. */
 
 /* The calling thread's calls on `e` go to class `name` from now on; NULL or
- * "" returns it to the process's class. -LT_ERR_NOT_FOUND: no such class;
+ * "" returns it to the process's class. When that class names cpus the
+ * thread moves onto them (back to its own CPUs for a class without any).
+ * -LT_ERR_NOT_FOUND: no such class;
  * -LT_ERR_PERM: this tenant may not use it; -LT_ERR_UNSUPPORTED: no
  * qos.classes configured. */
 int LT_set_class(lt_engine_t* e, const char* name);

@@ -22,6 +22,7 @@ const char* kGood = R"(qos:
       weight: 2
       max_bytes_per_s: 2GiB
       floor_percent: 10
+      cpus: 1-2, 0
     - name: batch
       priority: 1
   tenants:
@@ -62,6 +63,8 @@ TEST(QosConfigTest, ReadsClassesAndTenants) {
   EXPECT_EQ(p.classes[1].max_bytes_per_s, 2ull << 30);
   EXPECT_EQ(p.classes[1].floor_percent, 10u);
   EXPECT_EQ(p.classes[1].target_rtt_ns, 0u);  // auto
+  EXPECT_EQ(p.classes[1].cpus, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_TRUE(p.classes[0].cpus.empty());  // not placed
   ASSERT_EQ(p.tenants.size(), 2u);
   const QosTenant* kv = p.find_tenant("kv");
   ASSERT_NE(kv, nullptr);
@@ -135,6 +138,10 @@ TEST(QosConfigTest, EveryBrokenPolicyIsRefusedWithKeyAndLine) {
        "target_rtt (line 3)"},
       {"floor above 100", "qos:\n  classes:\n    - {name: a, priority: 0, floor_percent: 120}\n",
        "floor_percent (line 3): must be 1 to 100"},
+      {"cpus backwards", "qos:\n  classes:\n    - name: a\n      priority: 0\n      cpus: 3-1\n",
+       "qos.classes[0].cpus (line 5): expected a CPU list such as 0-3,8, got '3-1'"},
+      {"cpus not a list", "qos:\n  classes:\n    - {name: a, priority: 0, cpus: all}\n",
+       "cpus (line 3): expected a CPU list"},
       {"duplicate class",
        "qos:\n  classes:\n    - {name: a, priority: 0}\n    - {name: a, priority: 1}\n",
        "class 'a' is defined twice"},
@@ -226,6 +233,19 @@ TEST(QosConfigTest, SizesAndDurations) {
   EXPECT_EQ(v, 750u);
   EXPECT_FALSE(parse_duration_ns("200", &v));
   EXPECT_FALSE(parse_duration_ns("3 h", &v));
+}
+
+TEST(QosConfigTest, CpuLists) {
+  std::vector<uint32_t> c;
+  EXPECT_TRUE(parse_cpu_list("3", &c));
+  EXPECT_EQ(c, (std::vector<uint32_t>{3}));
+  EXPECT_TRUE(parse_cpu_list("4-6, 0,5", &c));  // sorted, each once
+  EXPECT_EQ(c, (std::vector<uint32_t>{0, 4, 5, 6}));
+  EXPECT_TRUE(parse_cpu_list("1023", &c));
+  for (const char* bad :
+       {"", ",", "1,", ",1", "1-", "-1", "3-1", "a", "1..2", "1024", "0-1024", "99999", "1 2"}) {
+    EXPECT_FALSE(parse_cpu_list(bad, &c)) << "'" << bad << "'";
+  }
 }
 
 }  // namespace
