@@ -18,7 +18,8 @@
 // builds such a setup).
 //
 // --cpus gives the two classes CPUs of their own with QoS on (the classes'
-// `cpus` key, e.g. 0/1); the server node is not placed.
+// `cpus` key, e.g. 0/1), and places the server node with the latency class
+// in every case.
 //
 // LTIER_TRANSPORTS picks the transport (tcp or shm,tcp). Output lines:
 //   case=NAME lat_p50_us= lat_p99_us= lat_p999_us= bulk_gbps= bulk_after_gbps=
@@ -405,7 +406,12 @@ int main(int argc, char** argv) {
   for (int i = 0; i < nservers; ++i) {
     int in = -1;
     if (netns.empty()) {
-      servers.push_back(spawn({"--server", maddr}, {host_env}, true, &in));
+      // With --cpus the server runs on the latency class's CPUs in every
+      // case (as tenant lat: it serves that tenant; over shm the bulk
+      // writes take none of its CPU).
+      std::vector<std::string> env = {host_env};
+      if (!lat_cpus.empty()) env = {host_env, "LTIER_CONFIG=" + on, board, "LTIER_TENANT=lat"};
+      servers.push_back(spawn({"--server", maddr}, env, true, &in));
     } else {
       servers.push_back(spawn({"--server", maddr}, {"QOS_BENCH_IP=" + netns[i].second}, true, &in,
                               netns[i].first));
