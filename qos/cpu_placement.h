@@ -9,7 +9,11 @@
 // A thread keeps the mask it had before its first move (thread-local), and
 // gets it back when it changes to a class that names no CPUs.
 //
-// Thread contract: CpuMask is a value; place() acts on the calling thread.
+// A thread stays where its class put it after LT_leave: ltier does not
+// know what the application wants of it then.
+//
+// Thread contract: CpuMask is a value; place_thread() acts on the calling
+// thread only.
 #pragma once
 
 #include <sched.h>
