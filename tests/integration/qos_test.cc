@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -316,6 +318,81 @@ TEST(Qos, CreditQuotasRefuseAndComeBack) {
   ASSERT_EQ(r2->cmd("recv_n 9 3"), "ok");
   const std::string m = http_get(ok_value(s->cmd("metrics")));
   EXPECT_GE(sample(m, "ltier_quota_refused_total{"), 4) << m;
+}
+
+// Cpus_allowed_list of thread `tid` of process `pid` ("0-1,3", as the
+// kernel writes it), or "" when it cannot be read.
+std::string cpus_of(pid_t pid, pid_t tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+      return line.substr(line.find_first_not_of(" \t", 18));
+    }
+  }
+  return "";
+}
+
+// Every thread of `pid`, with its CPUs.
+std::vector<std::pair<pid_t, std::string>> threads_of(pid_t pid) {
+  std::vector<std::pair<pid_t, std::string>> out;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    const pid_t tid = static_cast<pid_t>(std::stol(t.path().filename().string()));
+    out.emplace_back(tid, cpus_of(pid, tid));
+  }
+  return out;
+}
+
+// Classes that name CPUs place their processes' threads: every thread of a
+// node joined in such a class runs on its CPUs (the joining thread, and the
+// threads the engine started, which inherit them); `class` moves the
+// command thread (the node's main thread) to another class's CPUs and back;
+// a class whose CPUs the process may use none of is refused at join.
+TEST(Qos, ClassesWithCpusPlaceTheirThreads) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c) {
+    if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs this process may run on";
+  const std::string a = std::to_string(cpus[0]), b = std::to_string(cpus[1]);
+  const std::string own = cpus_of(getpid(), getpid());  // what the nodes inherit
+  ASSERT_FALSE(own.empty());
+  PolicyFile f("qos:\n  classes:\n    - {name: latency, priority: 0, cpus: \"" + a +
+               "\"}\n    - {name: bulk, priority: 1, cpus: \"" + b +
+               "\"}\n    - {name: batch, priority: 2}\n  tenants:\n"
+               "    - {name: fast, classes: [latency, bulk, batch]}\n"
+               "    - {name: slow, classes: [bulk]}\n");
+  Board board;
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  Proc* fast = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=fast", board.env()});
+  Proc* slow = c.add_node({"LTIER_CONFIG=" + f.path(), "LTIER_TENANT=slow", board.env()});
+  ASSERT_TRUE(fast && slow);
+  const pid_t pf = fast->pid(), ps = slow->pid();
+  auto all_on = [](pid_t pid, const std::string& want) {
+    const auto ts = threads_of(pid);
+    EXPECT_GE(ts.size(), 2u) << "the engine's threads";
+    for (const auto& [tid, got] : ts) EXPECT_EQ(got, want) << "thread " << tid << " of " << pid;
+  };
+  all_on(pf, a);
+  all_on(ps, b);
+  ASSERT_EQ(fast->cmd("class bulk"), "ok");
+  EXPECT_EQ(cpus_of(pf, pf), b);  // the command thread moved
+  for (const auto& [tid, got] : threads_of(pf)) {
+    if (tid == pf) continue;
+    EXPECT_EQ(got, a) << "thread " << tid << " moved with the command thread";
+  }
+  ASSERT_EQ(fast->cmd("class batch"), "ok");  // names no CPUs: the thread's own again
+  EXPECT_EQ(cpus_of(pf, pf), own);
+  ASSERT_EQ(fast->cmd("class -"), "ok");  // the process's class, latency
+  EXPECT_EQ(cpus_of(pf, pf), a);
+  // A list of CPUs the process may not use: the join is refused, naming it.
+  PolicyFile nowhere("qos:\n  classes:\n    - {name: a, priority: 0, cpus: \"1023\"}\n");
+  std::string line;
+  EXPECT_EQ(c.add_node({"LTIER_CONFIG=" + nowhere.path(), board.env()}, {}, &line), nullptr);
+  EXPECT_EQ(line, "err LT_ERR_INVAL");
 }
 
 TEST(Qos, JoinsTheFileRefuses) {
