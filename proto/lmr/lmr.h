@@ -55,7 +55,7 @@ struct Mapping {
   /// The node whose master handle this one came from (this node for a
   /// master handle): the only node whose revocation it heeds.
   NodeId minted_by = 0;
-  /// When (now_ns, this node's clock) a native op last found the LMR's
+  /// When (coarse_now_ns, this node's clock) a native op last found the LMR's
   /// liveness word holding `key`, read at or after that time: rma/native.cc.
   mutable CopyableAtomic<uint64_t> alive_seen;
   /// Set when the master revoked the handle as it freed the LMR: every op

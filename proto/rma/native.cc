@@ -56,18 +56,23 @@ constexpr uint64_t kUncheckedNs = transport::kGuardFreshNs / 2;
 //    unused memory, and the check tells which;
 //  - otherwise the check goes first and the op only when it matched.
 // Every matching check stamps the mapping with the time it was posted.
+// Times are read from the coarse clock (a few ns against tens for now_ns on
+// a VM, which was a fifth of an 8 B op over shm): a stamp is at most one tick
+// behind the real time, so an age read from two stamps is padded by a tick
+// before it is trusted, and kUncheckedNs is many ticks long.
 Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
                          const WorkRequest& wr) {
   const transport::Transport* via = peers_.via(m.owner);
   const transport::Caps none;
   const transport::Caps& caps = via != nullptr ? via->caps() : none;
-  const uint64_t posted = now_ns();
-  const uint64_t age = posted - m.alive_seen.v.load(std::memory_order_relaxed);
+  const uint64_t posted = coarse_now_ns();
+  const uint64_t seen = m.alive_seen.v.load(std::memory_order_relaxed);
+  // Saturating: a stamp from after `posted` (another thread's) reads as old.
+  const uint64_t age = posted >= seen ? posted - seen + coarse_tick_ns() : UINT64_MAX;
   if (caps.guard_after && age < kUncheckedNs) {
     return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
   }
   uint64_t alive = 0;
-  WorkRequest pair[2];
   WorkRequest chk;
   chk.op = transport::Op::kRead;
   chk.num_sge = 1;
@@ -78,8 +83,9 @@ Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* e
   if ((read && caps.guarded_reads) ||
       (!read && caps.guard_after && age < transport::kGuardFreshNs)) {
     chk.flags = transport::kWrGuard;
-    pair[read ? 0 : 1] = chk;
-    pair[read ? 1 : 0] = wr;
+    // Built by copies: a default-made pair was zero-filled first (a rep stos
+    // that cost more than the rest of an 8 B read over shm).
+    const WorkRequest pair[2] = {read ? chk : wr, read ? wr : chk};
     LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(pair, 2)));
     m.alive_seen.v.store(posted, std::memory_order_relaxed);
     return Status::ok();
