@@ -78,6 +78,9 @@ class YieldPacer {
 
   /// A new spin: the first yield after one gap.
   void start(uint64_t now) { next_ns_ = now + gap_ns_; }
+  /// Whether maybe_yield(now) would look at yielding (a `now` behind the
+  /// clock may say no where a fresh one says yes, never the reverse).
+  bool due(uint64_t now) const { return now >= next_ns_; }
 
   enum class Did : uint8_t {
     kNotDue,   // no yield due yet
