@@ -152,6 +152,7 @@ void Engine::progress_loop() {
   uint32_t idle_passes = 0;
   uint64_t now = 0;
   bool stale = true;
+  uint32_t plain_since_work = 0;  // idle passes since work: unpaused up to kPlainPolls
   while (running_.load(std::memory_order_relaxed)) {
     uint64_t served_before = served_.load(std::memory_order_relaxed);
     const uint32_t wakes_before = t_wakes;
@@ -165,6 +166,7 @@ void Engine::progress_loop() {
       now = now_ns();
     }
     unparked = stale = false;
+    if (did) plain_since_work = 0;
     int hb = membership_->heartbeat(now);
     if (peers_.retired() != 0 && now >= next_collect) {
       // Endpoints of gone connections: freed (with their descriptors and
@@ -245,7 +247,7 @@ void Engine::progress_loop() {
         now = now_ns();
         (void)p.maybe_yield(&now);
       }
-      cpu_relax();
+      if (++plain_since_work > kPlainPolls) cpu_relax();
     }
   }
 }

@@ -193,7 +193,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
                    config_.engine.move_spinners != 0);
   spinners_.fetch_add(1, std::memory_order_seq_cst);
   for (uint32_t i = 1; !r->done(); ++i) {
-    if (!progress(&r->word)) cpu_relax();
+    if (!progress(&r->word) && i > kPlainPolls) cpu_relax();
     if (i % 8 != 0) continue;  // the clock is not free either
     uint64_t now = now_ns();
     if (spin_until == 0) {
