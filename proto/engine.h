@@ -505,6 +505,9 @@ class Engine {
   ParkTimer park_timer_;
   CorkWatch corks_;  // eager messages held back under a stream (msg/send.cc)
   static constexpr int kMaxBatchesPerPass = 16;
+  // Empty passes a progress() call makes with the token before it lets go
+  // (progress.cc says why).
+  static constexpr int kEmptyPassesPerCall = 4;
   // While passes find work, the progress thread looks at the manager socket
   // this often (its answers to lock, barrier and name calls, membership).
   static constexpr uint64_t kBusyManagerCheckNs = 100000;

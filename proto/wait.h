@@ -41,12 +41,13 @@ inline void futex_wake_all(std::atomic<uint32_t>* a) {
           0);
 }
 
-/// Idle polls a spinner makes back to back before it pauses between them:
-/// PAUSE takes 25 ns on Zen 5 (about an idle poll of the transports), and
-/// a message that arrived during one waited for it, on each side of a
-/// round trip. A ping-pong's wait is over within this many polls; a longer
-/// one pauses (the peer may share the core, or be a hyperthread).
-inline constexpr uint32_t kPlainPolls = 32;
+/// Empty progress() calls (each up to Engine::kEmptyPassesPerCall polls) a
+/// spinner makes back to back before it pauses between them: PAUSE takes
+/// 25 ns on Zen 5 (about an idle poll of the transports), and a message
+/// that arrived during one waited for it, on each side of a round trip. A
+/// ping-pong's wait is over within this many; a longer one pauses (the peer
+/// may share the core, or be a hyperthread).
+inline constexpr uint32_t kPlainPolls = 8;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
