@@ -328,8 +328,7 @@ bool Engine::progress(const std::atomic<uint64_t>* watch) {
       }
       if (watch != nullptr && word_state(watch->load(std::memory_order_acquire)) == kStDone) break;
     }
-    if (!did && ++empty_passes < kEmptyPassesPerCall &&
-        !want_.load(std::memory_order_relaxed) &&
+    if (!did && ++empty_passes < kEmptyPassesPerCall && !want_.load(std::memory_order_relaxed) &&
         (watch == nullptr || word_state(watch->load(std::memory_order_acquire)) != kStDone)) {
       continue;
     }
