@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -25,7 +27,14 @@ class Fifo {
     slots_[tail_++ & mask()] = std::move(v);
   }
   /// Drops the oldest element (not empty); its slot lets go of what it held.
-  void pop_front() { slots_[head_++ & mask()] = T{}; }
+  /// Remade default-initialized, not assigned T{}: that value-initializes a
+  /// temporary, zero-filling the whole of it (a message's 64 inline bytes
+  /// included) with a `rep stos` that cost more than the rest of a pop.
+  void pop_front() {
+    T* s = &slots_[head_++ & mask()];
+    std::destroy_at(s);
+    ::new (static_cast<void*>(s)) T;
+  }
 
   /// Removes the elements `pred` picks, keeping the others in order; how many.
   template <typename Pred>
