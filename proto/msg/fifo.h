@@ -21,6 +21,8 @@ class Fifo {
   size_t size() const { return tail_ - head_; }
   T& front() { return slots_[head_ & mask()]; }
   const T& front() const { return slots_[head_ & mask()]; }
+  /// The i-th oldest element (i < size()).
+  const T& operator[](size_t i) const { return slots_[(head_ + i) & mask()]; }
 
   void push_back(T&& v) {
     if (size() == slots_.size()) grow();

@@ -35,7 +35,7 @@ struct PostedRecv {
 
 /// Takes the oldest posted receive that is still PENDING, now CLAIMED (a
 /// cancelled one is skipped and dropped). False when none is left.
-inline bool claim_posted(std::deque<PostedRecv>& posted, Request** out) {
+inline bool claim_posted(Fifo<PostedRecv>& posted, Request** out) {
   while (!posted.empty()) {
     PostedRecv pr = posted.front();
     posted.pop_front();
@@ -48,14 +48,9 @@ inline bool claim_posted(std::deque<PostedRecv>& posted, Request** out) {
 }
 
 /// Takes receive `id` out of a FIFO if it is still there (it may have been
-/// skipped already); the newest entries are looked at first.
-inline void erase_posted(std::deque<PostedRecv>& posted, ReqId id) {
-  for (auto it = posted.rbegin(); it != posted.rend(); ++it) {
-    if (it->id == id) {
-      posted.erase(std::next(it).base());
-      return;
-    }
-  }
+/// skipped already).
+inline void erase_posted(Fifo<PostedRecv>& posted, ReqId id) {
+  posted.erase_if([id](const PostedRecv& pr) { return pr.id == id; });
 }
 
 /// A message that arrived before a receive was posted: its bytes (eager), or
@@ -72,7 +67,7 @@ struct Unexpected {
 
 struct Port {
   Fifo<Unexpected> unexpected;
-  std::deque<PostedRecv> posted;
+  Fifo<PostedRecv> posted;  // a ring, not a deque: a stream of receives allocates nothing
   bool empty() const { return unexpected.empty() && posted.empty(); }
 };
 

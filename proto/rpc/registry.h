@@ -46,7 +46,7 @@ struct QueuedRpc {
 /// guards both (held for queue operations only).
 struct RpcQueue {
   std::mutex mu;
-  std::deque<PostedRecv> posted;
+  Fifo<PostedRecv> posted;
 
   /// Requests waiting, through these only (they keep the count). Caller holds mu.
   bool has_waiting() const { return !waiting_.empty(); }
