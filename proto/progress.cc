@@ -98,6 +98,10 @@ class WaitSets {
 };
 }  // namespace
 
+// Longer than a function should be, for a reason: one loop whose state (the
+// clock, the spin's end, both pacers, the park) every branch reads and moves,
+// and about a third of it is the comments that say why. Split, that state
+// would travel in a struct through every helper.
 void Engine::progress_loop() {
   progress_tid_.store(std::this_thread::get_id(), std::memory_order_release);
   // Timed parks may end up to kSlackNs late, so the kernel can fold their
