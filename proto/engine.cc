@@ -107,6 +107,7 @@ Status Engine::join() {
     LT_ERROR("join: %s", why.c_str());
     return Code::kInvalidArg;
   }
+  sched_.set_slot_capacity(client_.requests.capacity());
   credits_.set_quotas(sched_.msg_credit_quota(), sched_.rpc_credit_quota());
   uint32_t rank = kNoRank;
   if (const std::string& r = config_.cluster.rank; !r.empty()) {

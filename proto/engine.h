@@ -277,7 +277,7 @@ class Engine {
     auto r = client_.requests.claim(kind, peer, id);
     if (!r) {
       sched_.retire(ticket);
-      return r.status();
+      return r.status().code() == Code::kNoResource ? Status(sched_.out_of_slots()) : r.status();
     }
     (*r)->admitted = true;
     (*r)->ticket = ticket;

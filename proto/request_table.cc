@@ -1,15 +1,90 @@
 #include "proto/request_table.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace lt::proto {
 
-RequestTable::RequestTable(uint32_t max_requests) {
+namespace {
+
+// Live tables, for a thread that exits with a slot parked: it gives the
+// slot back only to a table that still exists. Cold: tables register at
+// start and leave at destruction; threads look only as they exit or after
+// a table went away.
+std::mutex g_tables_mu;
+std::vector<RequestTable*> g_tables;       // under g_tables_mu
+std::atomic<uint64_t> g_next_table_id{1};  // 0: no table
+std::atomic<uint64_t> g_tables_gone{0};    // tables destroyed so far
+
+RequestTable* live_table(uint64_t id) {  // under g_tables_mu
+  for (RequestTable* t : g_tables) {
+    if (t->id() == id) return t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// One thread's parked slot. The table's id rather than its address: a
+// table made later at the same address is another table.
+struct ParkedSlot {
+  uint64_t table = 0;
+  Request* r = nullptr;
+  uint64_t gone_seen = 0;  // g_tables_gone when the slot was parked
+
+  ~ParkedSlot() {
+    if (r == nullptr) return;
+    std::lock_guard<std::mutex> g(g_tables_mu);
+    if (RequestTable* t = live_table(table)) t->push(r);
+  }
+  // A slot of a table that went away is forgotten (its memory is gone).
+  void drop_if_gone() {
+    if (g_tables_gone.load(std::memory_order_relaxed) == gone_seen) return;
+    std::lock_guard<std::mutex> g(g_tables_mu);
+    gone_seen = g_tables_gone.load(std::memory_order_relaxed);
+    if (live_table(table) == nullptr) r = nullptr;
+  }
+};
+
+namespace {
+thread_local ParkedSlot t_parked;
+}  // namespace
+
+Request* RequestTable::unpark() {
+  ParkedSlot& p = t_parked;
+  if (p.table != id_ || p.r == nullptr) return nullptr;
+  Request* r = p.r;
+  p.r = nullptr;
+  return r;
+}
+
+bool RequestTable::park(Request* r) {
+  ParkedSlot& p = t_parked;
+  if (p.r != nullptr && p.table != id_) p.drop_if_gone();
+  if (p.r != nullptr) {
+    if (p.table != id_) return false;
+    push(p.r);  // the newer one stays: its lines are the warmer
+  }
+  p.table = id_;
+  p.r = r;
+  p.gone_seen = g_tables_gone.load(std::memory_order_relaxed);
+  return true;
+}
+
+RequestTable::RequestTable(uint32_t max_requests) : id_(g_next_table_id.fetch_add(1)) {
   // At most 2^30 slots: an id's index never has bit 31 set, which callers
   // may use to tell ids from other values.
   uint32_t n = std::clamp<uint32_t>(max_requests, kChunk, 1u << 30);
   max_ = (n + kChunk - 1) / kChunk * kChunk;
   chunks_.reset(new std::unique_ptr<Request[]>[max_ / kChunk]);
+  std::lock_guard<std::mutex> g(g_tables_mu);
+  g_tables.push_back(this);
+}
+
+RequestTable::~RequestTable() {
+  std::lock_guard<std::mutex> g(g_tables_mu);
+  std::erase(g_tables, this);
+  g_tables_gone.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status RequestTable::grow() {

@@ -6,6 +6,15 @@
 // page-faults) only what it uses. Chunks are never freed before the table,
 // so a Request* stays valid; lookups check idx < size(). The free list is a
 // lock-free stack with an ABA tag; growing takes grow_mu_ (cold path).
+//
+// Each thread also parks the last slot it freed, for its next claim: a
+// thread that waits for a request and starts the next one (a streaming
+// receiver, a caller making RPCs one after the other) then takes and frees
+// slots with no locked instruction, where the stack costs one each way. A
+// thread parks one slot of one table at a time; a parked slot goes back to
+// its table's stack when the thread exits (if the table is still there).
+// Another thread cannot see it: at most one slot per thread may look taken
+// when the table runs out.
 #pragma once
 
 #include <atomic>
@@ -29,20 +38,12 @@ class RequestTable {
   /// A free slot, now PENDING for `kind` towards `peer` (0: none), and its
   /// id. kNoResource when every slot is in use.
   Result<Request*> claim(ReqKind kind, NodeId peer, ReqId* id) {
-    uint64_t head = free_head_.load(std::memory_order_acquire);
-    uint32_t idx;
-    for (;;) {
-      uint32_t top = static_cast<uint32_t>(head);
-      if (top == 0) {
-        LT_RETURN_IF_ERROR(grow());
-        head = free_head_.load(std::memory_order_acquire);
-        continue;
-      }
-      idx = top - 1;
-      uint64_t next = ((head >> 32) + 1) << 32 | at(idx)->free_next.load(std::memory_order_relaxed);
-      if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
+    Request* r = unpark();
+    if (r == nullptr) {
+      auto p = pop();
+      if (!p) return p;
+      r = *p;
     }
-    Request* r = at(idx);
     uint32_t gen = word_gen(r->word.load());
     r->kind = kind;
     r->status = Code::kOk;
@@ -53,7 +54,7 @@ class RequestTable {
     // a seq_cst store here cost a locked exchange per request.
     r->peer.store(peer, std::memory_order_relaxed);
     r->word.store(req_word(gen, kStPending), std::memory_order_release);
-    *id = make_req_id(gen, idx);
+    *id = make_req_id(gen, r->idx);
     return r;
   }
 
@@ -63,12 +64,7 @@ class RequestTable {
     uint32_t gen = word_gen(r->word.load()) + 1;
     if (gen == 0) gen = 1;  // generation 0 is never handed out
     r->word.store(req_word(gen, kStFree), std::memory_order_release);
-    uint64_t head = free_head_.load(std::memory_order_acquire);
-    for (;;) {
-      r->free_next.store(static_cast<uint32_t>(head), std::memory_order_relaxed);
-      uint64_t next = ((head >> 32) + 1) << 32 | (r->idx + 1);
-      if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
-    }
+    if (!park(r)) push(r);
   }
 
   /// The live request `id` names (not free, not cancelled, same
@@ -90,12 +86,50 @@ class RequestTable {
     return idx < size() ? at(idx) : nullptr;
   }
 
+  ~RequestTable();
+
+  /// The most slots the table will make (max_requests rounded up).
+  uint32_t capacity() const { return max_; }
+  /// Unique over the process's life (tables are numbered as they are made).
+  uint64_t id() const { return id_; }
   /// Slots made so far; every index below is valid.
   uint32_t size() const { return num_.load(std::memory_order_acquire); }
   Request* at(uint32_t idx) const { return &chunks_[idx / kChunk][idx % kChunk]; }
 
  private:
+  friend struct ParkedSlot;
+
+  // The free stack.
+  Result<Request*> pop() {
+    uint64_t head = free_head_.load(std::memory_order_acquire);
+    for (;;) {
+      uint32_t top = static_cast<uint32_t>(head);
+      if (top == 0) {
+        LT_RETURN_IF_ERROR(grow());
+        head = free_head_.load(std::memory_order_acquire);
+        continue;
+      }
+      uint64_t next =
+          ((head >> 32) + 1) << 32 | at(top - 1)->free_next.load(std::memory_order_relaxed);
+      if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) {
+        return at(top - 1);
+      }
+    }
+  }
+  void push(Request* r) {
+    uint64_t head = free_head_.load(std::memory_order_acquire);
+    for (;;) {
+      r->free_next.store(static_cast<uint32_t>(head), std::memory_order_relaxed);
+      uint64_t next = ((head >> 32) + 1) << 32 | (r->idx + 1);
+      if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) break;
+    }
+  }
+  // The calling thread's parked slot (request_table.cc).
+  Request* unpark();      // this table's, taken; else null
+  bool park(Request* r);  // false: the thread holds another table's slot
   Status grow();
+
+  const uint64_t id_;  // never reused, so a parked slot names its table safely
 
   std::unique_ptr<std::unique_ptr<Request[]>[]> chunks_;
   uint32_t max_ = 0;

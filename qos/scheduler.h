@@ -117,24 +117,42 @@ class Scheduler {
   /// class's tokens, and its lane's for `t->peer` (kTimedOut past `d`).
   /// Pair with retire(); `*t` goes to complete().
   Status admit(uint64_t bytes, Deadline d, Ticket* t) {
-    uint32_t n = in_flight_.fetch_add(1, std::memory_order_relaxed);
-    if (n >= max_in_flight_) {
-      in_flight_.fetch_sub(1, std::memory_order_relaxed);
-      quota_refused_.fetch_add(1, std::memory_order_relaxed);
-      return Code::kQuota;
+    if (count_ops_) {
+      uint32_t n = in_flight_.fetch_add(1, std::memory_order_relaxed);
+      if (n >= max_in_flight_) {
+        in_flight_.fetch_sub(1, std::memory_order_relaxed);
+        quota_refused_.fetch_add(1, std::memory_order_relaxed);
+        return Code::kQuota;
+      }
     }
     if (!classes_.empty()) {
       Status s = pace(bytes, d, t);
       if (!s.is_ok()) {
-        in_flight_.fetch_sub(1, std::memory_order_relaxed);
+        if (count_ops_) in_flight_.fetch_sub(1, std::memory_order_relaxed);
         return s;
       }
     }
     return Status::ok();
   }
   void retire(const Ticket& t) {
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    if (count_ops_) in_flight_.fetch_sub(1, std::memory_order_relaxed);
     if (t.cls != Ticket::kNone) class_done(t.cls);
+  }
+  /// The engine's request slots, after start() and before any operation.
+  /// With QoS off every admitted operation holds a slot, so a quota at or
+  /// above the slots binds no sooner than they run out: admit() then counts
+  /// nothing (two locked instructions per request saved) and the caller
+  /// that finds no slot asks out_of_slots() what to answer.
+  void set_slot_capacity(uint32_t slots) {
+    count_ops_ = !classes_.empty() || max_in_flight_ < slots;
+    quota_is_slots_ = max_in_flight_ == slots;
+  }
+  /// No request slot was left: kQuota (counted) when the quota is exactly
+  /// the slots, as a count would have refused it first; else kNoResource.
+  Code out_of_slots() {
+    if (count_ops_ || !quota_is_slots_) return Code::kNoResource;
+    quota_refused_.fetch_add(1, std::memory_order_relaxed);
+    return Code::kQuota;
   }
   /// The operation admitted with `t` completed at `now`: its RTT sample,
   /// taken once (a second call does nothing).
@@ -233,6 +251,8 @@ class Scheduler {
   QosConfig config_;
   const Clock clock_;
   uint32_t max_in_flight_;
+  bool count_ops_ = true;                        // admit() counts in_flight_ (set_slot_capacity)
+  bool quota_is_slots_ = false;                  // max_in_flight_ equals the engine's request slots
   std::vector<std::unique_ptr<Class>> classes_;  // in priority order, highest first
   uint8_t process_class_ = 0;
   std::vector<uint8_t> allowed_;  // the tenant's classes (indexes into classes_)

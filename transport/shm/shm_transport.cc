@@ -195,9 +195,8 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
           progress = true;
           continue;
         case RecKind::kMsg: {
-          out[*n] =
-              recv_completion(c->peer_.load(std::memory_order_relaxed), at + kRecHdr, h.len, h.imm);
-          out[(*n)++].src_cpu = h.cpu;
+          fill_recv_completion(&out[(*n)++], c->peer_.load(std::memory_order_relaxed), at + kRecHdr,
+                               h.len, h.imm, h.cpu);
           if (!c->lent_ && !c->stage_lent_) lent_.push_back(c);
           c->lent_ = true;
           c->rx_pos_ += rec;
@@ -238,9 +237,9 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
           c->rx_pos_ += rec;
           progress = true;
           if (c->stage_len_ == c->stage_total_) {
-            out[*n] = recv_completion(c->peer_.load(std::memory_order_relaxed), c->stage_.get(),
-                                      static_cast<uint32_t>(c->stage_total_), c->stage_imm_);
-            out[(*n)++].src_cpu = h.cpu;
+            fill_recv_completion(&out[(*n)++], c->peer_.load(std::memory_order_relaxed),
+                                 c->stage_.get(), static_cast<uint32_t>(c->stage_total_),
+                                 c->stage_imm_, h.cpu);
             if (!c->lent_ && !c->stage_lent_) lent_.push_back(c);
             c->stage_lent_ = true;
             c->staging_ = false;

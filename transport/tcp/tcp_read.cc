@@ -119,8 +119,8 @@ TcpTransport::ReadStep TcpTransport::parse_frames(Conn* c, std::span<Completion>
       return drop_malformed(c, out, n, "unexpected frame kind");
     } else {
       if (*n == out.size()) return ReadStep::kFull;
-      out[(*n)++] =
-          recv_completion(c->peer_.load(std::memory_order_relaxed), body.data(), h.length, h.imm);
+      fill_recv_completion(&out[(*n)++], c->peer_.load(std::memory_order_relaxed), body.data(),
+                           h.length, h.imm);
       if (!c->pinned_) {
         c->pinned_ = true;
         pinned_.push_back(c);

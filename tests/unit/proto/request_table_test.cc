@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
@@ -132,6 +134,62 @@ TEST(RequestTable, ConcurrentClaimAndReleaseNeverShareASlot) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(errors.load(), 0);
+}
+
+// Claims every slot of `t` from the calling thread: how many it got.
+int claim_all(RequestTable& t) {
+  int n = 0;
+  ReqId id = 0;
+  while (t.claim(ReqKind::kPlain, 0, &id).is_ok()) ++n;
+  return n;
+}
+
+TEST(RequestTable, ASlotParkedByAThreadThatExitedGoesBackToTheTable) {
+  RequestTable t(64);
+  std::thread([&] {
+    ReqId id = 0;
+    Request* r = *t.claim(ReqKind::kPlain, 0, &id);
+    t.put_back(r);  // parked for this thread's next claim
+  }).join();
+  EXPECT_EQ(claim_all(t), 64) << "the exited thread's parked slot is on the free stack again";
+}
+
+TEST(RequestTable, AThreadParksOneTablesSlotAtATime) {
+  auto a = std::make_unique<RequestTable>(64);
+  RequestTable b(64);
+  std::atomic<int> step{0};
+  auto await = [&](int k) {
+    while (step.load() != k) std::this_thread::yield();
+  };
+  std::thread x([&] {
+    ReqId id = 0;
+    Request* ra = *a->claim(ReqKind::kPlain, 0, &id);
+    Request* rb = *b.claim(ReqKind::kPlain, 0, &id);
+    a->put_back(ra);  // parked
+    b.put_back(rb);   // not parked (a's slot is): on b's stack
+    step = 1;
+    await(2);
+    a.reset();  // a going away frees the thread to park another table's slot
+    rb = *b.claim(ReqKind::kPlain, 0, &id);
+    b.put_back(rb);  // parked
+    step = 3;
+    await(4);
+  });
+  await(1);
+  std::vector<Request*> got;
+  ReqId id = 0;
+  for (Result<Request*> r = b.claim(ReqKind::kPlain, 0, &id); r.is_ok();
+       r = b.claim(ReqKind::kPlain, 0, &id)) {
+    got.push_back(*r);
+  }
+  EXPECT_EQ(got.size(), 64u) << "b's slot freed by x went to b's stack";
+  for (Request* r : got) b.put_back(r);  // one parked for this thread, the rest on the stack
+  step = 2;
+  await(3);
+  EXPECT_EQ(claim_all(b), 63) << "x parks one of b's slots once a is gone";
+  step = 4;
+  x.join();
+  EXPECT_EQ(claim_all(b), 1) << "and gives it back as it exits";
 }
 
 }  // namespace

@@ -39,6 +39,34 @@ TEST(Scheduler, OffWithoutClasses) {
   EXPECT_NE(error.find("qos.class"), std::string::npos) << error;
 }
 
+// With QoS off every admitted operation holds a request slot: a quota at
+// or above the slots is the slots' own limit, and admit() counts nothing.
+TEST(Scheduler, OffWithAQuotaAtTheSlotsCountsNothing) {
+  QosConfig q;
+  q.max_outstanding_ops = 64;
+  Scheduler s(q);
+  std::string error;
+  ASSERT_TRUE(s.start(&error).is_ok()) << error;
+  s.set_slot_capacity(64);
+  Ticket t;
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(s.admit(8, Deadline::never(), &t).is_ok()) << i;
+  EXPECT_EQ(s.out_of_slots(), Code::kQuota) << "out of slots is the quota's refusal";
+  EXPECT_EQ(s.stats().quota_refused, 1u);
+
+  Scheduler wide(q);
+  ASSERT_TRUE(wide.start(&error).is_ok()) << error;
+  wide.set_slot_capacity(32);  // fewer slots than the quota: they run out first
+  EXPECT_EQ(wide.out_of_slots(), Code::kNoResource);
+  EXPECT_EQ(wide.stats().quota_refused, 0u);
+
+  Scheduler narrow(q);
+  ASSERT_TRUE(narrow.start(&error).is_ok()) << error;
+  narrow.set_slot_capacity(128);  // a quota below the slots is counted
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(narrow.admit(8, Deadline::never(), &t).is_ok()) << i;
+  EXPECT_EQ(narrow.admit(8, Deadline::never(), &t).code(), Code::kQuota);
+  EXPECT_EQ(narrow.out_of_slots(), Code::kNoResource);
+}
+
 TEST(Scheduler, StartRefusesAnUnknownTenantOrClass) {
   std::string error;
   Scheduler nobody(policy("nobody"));
