@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/tls.h"
+
 namespace lt::proto {
 
 namespace {
@@ -10,48 +12,57 @@ namespace {
 // Live tables, for a thread that exits with a slot parked: it gives the
 // slot back only to a table that still exists. Cold: tables register at
 // start and leave at destruction; threads look only as they exit or after
-// a table went away.
-std::mutex g_tables_mu;
-std::vector<RequestTable*> g_tables;       // under g_tables_mu
+// a table went away. Leaked: a thread may exit after the statics are gone.
+struct Registry {
+  std::mutex mu;
+  std::vector<RequestTable*> tables;  // under mu
+};
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
 std::atomic<uint64_t> g_next_table_id{1};  // 0: no table
 std::atomic<uint64_t> g_tables_gone{0};    // tables destroyed so far
 
-RequestTable* live_table(uint64_t id) {  // under g_tables_mu
-  for (RequestTable* t : g_tables) {
+RequestTable* live_table(uint64_t id) {  // under registry().mu
+  for (RequestTable* t : registry().tables) {
     if (t->id() == id) return t;
   }
   return nullptr;
 }
 
+// One thread's parked slot, reached in one load (common/tls.h). The table's
+// id rather than its address: a table made later at the same address is
+// another table.
+struct Parked {
+  uint64_t table;
+  Request* r;
+  uint64_t gone_seen;  // g_tables_gone when the slot was parked
+  bool hooked;         // the thread's exit hook is armed
+};
+LT_TLS_FAST constinit thread_local Parked t_parked{0, nullptr, 0, false};
+
 }  // namespace
 
-// One thread's parked slot. The table's id rather than its address: a
-// table made later at the same address is another table.
-struct ParkedSlot {
-  uint64_t table = 0;
-  Request* r = nullptr;
-  uint64_t gone_seen = 0;  // g_tables_gone when the slot was parked
-
-  ~ParkedSlot() {
-    if (r == nullptr) return;
-    std::lock_guard<std::mutex> g(g_tables_mu);
-    if (RequestTable* t = live_table(table)) t->push(r);
-  }
-  // A slot of a table that went away is forgotten (its memory is gone).
-  void drop_if_gone() {
-    if (g_tables_gone.load(std::memory_order_relaxed) == gone_seen) return;
-    std::lock_guard<std::mutex> g(g_tables_mu);
-    gone_seen = g_tables_gone.load(std::memory_order_relaxed);
-    if (live_table(table) == nullptr) r = nullptr;
-  }
+// Gives the parked slot back as its thread exits (armed at the first park).
+struct ParkedReturn {
+  ~ParkedReturn() { RequestTable::return_parked(); }
 };
 
 namespace {
-thread_local ParkedSlot t_parked;
+thread_local ParkedReturn t_return;
 }  // namespace
 
+void RequestTable::return_parked() {
+  Parked& p = t_parked;
+  if (p.r == nullptr) return;
+  std::lock_guard<std::mutex> g(registry().mu);
+  if (RequestTable* t = live_table(p.table)) t->push(p.r);
+  p.r = nullptr;
+}
+
 Request* RequestTable::unpark() {
-  ParkedSlot& p = t_parked;
+  Parked& p = t_parked;
   if (p.table != id_ || p.r == nullptr) return nullptr;
   Request* r = p.r;
   p.r = nullptr;
@@ -59,11 +70,21 @@ Request* RequestTable::unpark() {
 }
 
 bool RequestTable::park(Request* r) {
-  ParkedSlot& p = t_parked;
-  if (p.r != nullptr && p.table != id_) p.drop_if_gone();
+  Parked& p = t_parked;
+  if (p.r != nullptr && p.table != id_ &&
+      g_tables_gone.load(std::memory_order_relaxed) != p.gone_seen) {
+    // A slot of a table that went away is forgotten (its memory is gone).
+    std::lock_guard<std::mutex> g(registry().mu);
+    p.gone_seen = g_tables_gone.load(std::memory_order_relaxed);
+    if (live_table(p.table) == nullptr) p.r = nullptr;
+  }
   if (p.r != nullptr) {
     if (p.table != id_) return false;
     push(p.r);  // the newer one stays: its lines are the warmer
+  }
+  if (!p.hooked) {
+    p.hooked = true;
+    (void)&t_return;  // constructs it, arming its destructor
   }
   p.table = id_;
   p.r = r;
@@ -77,13 +98,13 @@ RequestTable::RequestTable(uint32_t max_requests) : id_(g_next_table_id.fetch_ad
   uint32_t n = std::clamp<uint32_t>(max_requests, kChunk, 1u << 30);
   max_ = (n + kChunk - 1) / kChunk * kChunk;
   chunks_.reset(new std::unique_ptr<Request[]>[max_ / kChunk]);
-  std::lock_guard<std::mutex> g(g_tables_mu);
-  g_tables.push_back(this);
+  std::lock_guard<std::mutex> g(registry().mu);
+  registry().tables.push_back(this);
 }
 
 RequestTable::~RequestTable() {
-  std::lock_guard<std::mutex> g(g_tables_mu);
-  std::erase(g_tables, this);
+  std::lock_guard<std::mutex> g(registry().mu);
+  std::erase(registry().tables, this);
   g_tables_gone.fetch_add(1, std::memory_order_relaxed);
 }
 

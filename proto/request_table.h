@@ -97,7 +97,10 @@ class RequestTable {
   Request* at(uint32_t idx) const { return &chunks_[idx / kChunk][idx % kChunk]; }
 
  private:
-  friend struct ParkedSlot;
+  friend struct ParkedReturn;
+  // The calling thread's parked slot back to its table, if that still
+  // exists (the thread is exiting).
+  static void return_parked();
 
   // The free stack.
   Result<Request*> pop() {
