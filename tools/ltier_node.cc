@@ -12,7 +12,9 @@
 // a decimal string: bytes i*7+1), 3 (sleeps 300 ms, then echoes: for timeout
 // tests only; handlers must not block), 4 (blocks until function 5 is called
 // or 30 s pass; with engine.rpc_workers only) and 5; function 6 is a server
-// loop (LT_regRPC_loop) answered by the rpc_loop command.
+// loop (LT_regRPC_loop) answered by the rpc_loop command; function 7 reads
+// an LMR of this node's with LT_read from inside the handler (a handler doing
+// a one-sided op on another node) and answers the bytes.
 #include "ltier_node/node.h"
 
 namespace ltier_node {
@@ -124,6 +126,10 @@ constexpr Command kCommands[] = {
      cmd_rpc_gate},
     {"rpc_threads", "NODE THREADS COUNT -> ok (THREADS x COUNT LT_RPC echoes, checked)",
      cmd_rpc_threads},
+    {"rpc_read_threads",
+     "NODE H LEN BYTE THREADS COUNT -> ok (THREADS x COUNT calls of function 7: NODE's "
+     "handler LT_reads LEN bytes of its handle H; each answer must be LEN bytes of BYTE)",
+     cmd_rpc_read_threads},
     {"mixed_threads",
      "NODE THREADS ROUNDS [PORT] -> ok (an LMR on NODE; each thread, each round: an LT_RPC "
      "echo, an LT_write and LT_read back, a fetch_add, and with PORT a send_seq-style message "
@@ -190,6 +196,9 @@ void serve_functions(lt_engine_t* e) {
     if (int r = LT_regRPC(e, id, fn, nullptr); r != 0) {
       fprintf(stderr, "ltier-node: LT_regRPC(%u): %s\n", id, LT_strerror(r));
     }
+  }
+  if (int r = LT_regRPC(e, 7, rpc_read_lmr, e); r != 0) {
+    fprintf(stderr, "ltier-node: LT_regRPC(7): %s\n", LT_strerror(r));
   }
   if (int r = LT_regRPC_loop(e, 6); r != 0) {
     fprintf(stderr, "ltier-node: LT_regRPC_loop(6): %s\n", LT_strerror(r));

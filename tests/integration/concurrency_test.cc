@@ -29,5 +29,46 @@ TEST_P(ThreeNodes, EveryOperationFromManyThreadsAtOnce) {
   EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 0a0b"), "ok 0a0b");
 }
 
+// Handlers that do one-sided ops on each other's memory while calls flood
+// both ways: a's calls run b's handler, which reads a's memory, and b's
+// calls run a's, which reads b's; c calls a as well. Over rc a READ once
+// queued behind message SENDs on the same QP, which the peer answered with
+// receiver-not-ready while its own handler waited the same way: two such
+// nodes could wait on each other for good (one-sided ops now have QPs of
+// their own, verbs.rdma_qps_per_peer). Every call must finish with the
+// right bytes. Over tcp and ud the owner's CPU serves a one-sided op, and
+// a handler on the progress thread must not wait for one (ARCHITECTURE
+// §5): there a and b run their handlers on workers (engine.rpc_workers).
+TEST_P(ThreeNodes, HandlersReadingEachOtherUnderAFloodAllFinish) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  std::string ida = ids_[0], idb = ids_[1];
+  const std::string param = GetParam();
+  if (param == "tcp" || param == "ud,tcp") {
+    a = cluster_.add_node({"LTIER_TRANSPORTS=" + param, "LTIER_RPC_WORKERS=2"});
+    b = cluster_.add_node({"LTIER_TRANSPORTS=" + param, "LTIER_RPC_WORKERS=2"});
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ida = id_of(a);
+    idb = id_of(b);
+  }
+  // ha: a's handle to memory on b; hb: b's handle to memory on a.
+  const std::string ha = ok_value(a->cmd("malloc " + idb + " 4096 rw"));
+  const std::string hb = ok_value(b->cmd("malloc " + ida + " 4096 rw"));
+  ASSERT_FALSE(ha.empty());
+  ASSERT_FALSE(hb.empty());
+  ASSERT_EQ(a->cmd("fill " + ha + " 0 4096 90"), "ok");
+  ASSERT_EQ(b->cmd("fill " + hb + " 0 4096 165"), "ok");
+  // Function 7 on the callee reads its own handle: b's handler reads a's
+  // memory (165), a's handler reads b's (90).
+  ASSERT_TRUE(a->send("rpc_read_threads " + idb + " " + hb + " 4096 165 8 100"));
+  ASSERT_TRUE(b->send("rpc_read_threads " + ida + " " + ha + " 4096 90 8 100"));
+  ASSERT_TRUE(c->send("rpc_read_threads " + ida + " " + ha + " 4096 90 4 100"));
+  EXPECT_EQ(a->read_line(180000), "ok");
+  EXPECT_EQ(b->read_line(180000), "ok");
+  EXPECT_EQ(c->read_line(180000), "ok");
+  // A handler's failed read reaches the caller as the call's status.
+  EXPECT_EQ(a->cmd("rpc_read_threads " + idb + " 12345 8 0 1 1"), "err LT_ERR_BAD_HANDLE");
+}
+
 }  // namespace
 }  // namespace lt::itest

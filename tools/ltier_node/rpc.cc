@@ -46,6 +46,24 @@ int rpc_gate_open(void*, lt_node_t, const void*, size_t, void*, size_t, size_t* 
   return 0;
 }
 
+// Function 7: LT_read from inside the handler, of the LMR this node holds as
+// handle H, and the bytes read as the answer. The request is H (8 bytes),
+// OFF (8) and LEN (4), host order (the caller got H from this node).
+int rpc_read_lmr(void* ctx, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+                 size_t* out_len) {
+  if (in_len != kReadLmrRequest) return -LT_ERR_INVAL;
+  const auto* p = static_cast<const unsigned char*>(in);
+  uint64_t h, off;
+  uint32_t len;
+  std::memcpy(&h, p, 8);
+  std::memcpy(&off, p + 8, 8);
+  std::memcpy(&len, p + 16, 4);
+  if (len > out_cap) return -LT_ERR_TRUNCATED;
+  if (int r = LT_read(static_cast<lt_engine_t*>(ctx), h, off, out, len); r != 0) return r;
+  *out_len = len;
+  return 0;
+}
+
 // ---------------------------------------------------------------- RPC
 
 std::string cmd_rpc(lt_engine_t* e, Args& a) {
@@ -125,6 +143,33 @@ std::string cmd_rpc_threads(lt_engine_t* e, Args& a) {
     size_t len = 0;
     int r = LT_RPC(e, node, 1, &v, sizeof(v), &back, sizeof(back), &len);
     if (r == 0 && (len != sizeof(v) || back != v)) bad.fetch_add(1);
+    return r;
+  });
+  if (rc) return err(rc);
+  return bad.load() ? "err mismatch" : "ok";
+}
+
+// THREADS x COUNT calls of function 7 on NODE, each reading LEN bytes at
+// offset 0 of NODE's handle H; every answer must be LEN bytes of BYTE.
+std::string cmd_rpc_read_threads(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  uint64_t h = a.u64(), len = a.u64(), byte = a.u64(), threads = a.u64(), n = a.u64();
+  if (threads == 0 || threads > 64 || len == 0 || len > (1u << 20) || byte > 255) {
+    return "err LT_ERR_INVAL";
+  }
+  unsigned char req[kReadLmrRequest] = {};
+  const uint32_t len32 = static_cast<uint32_t>(len);
+  std::memcpy(req, &h, 8);
+  std::memcpy(req + 16, &len32, 4);
+  std::atomic<uint64_t> bad{0};
+  int rc = run_threads(threads, n, [&] {
+    std::vector<unsigned char> rep(len);
+    size_t got = 0;
+    int r = LT_RPC(e, node, 7, req, sizeof(req), rep.data(), rep.size(), &got);
+    if (r == 0 &&
+        (got != len || std::count(rep.begin(), rep.end(), byte) != static_cast<long>(len))) {
+      bad.fetch_add(1);
+    }
     return r;
   });
   if (rc) return err(rc);
