@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "cluster.h"
 #include "three_nodes.h"
@@ -36,16 +37,24 @@ TEST_P(ThreeNodes, EveryOperationFromManyThreadsAtOnce) {
 // receiver-not-ready while its own handler waited the same way: two such
 // nodes could wait on each other for good (one-sided ops now have QPs of
 // their own, verbs.rdma_qps_per_peer). Every call must finish with the
-// right bytes. Over tcp and ud the owner's CPU serves a one-sided op, and
-// a handler on the progress thread must not wait for one (ARCHITECTURE
-// §5): there a and b run their handlers on workers (engine.rpc_workers).
+// right bytes. Over rc, a and b have 16 receive buffers: a progress thread
+// held in a handler then leaves its peer's SENDs receiver-not-ready at once
+// (in the Soft-RoCE guest, with verbs.rdma_qps_per_peer 0 this test timed
+// out and lost a node; with 1 it passes). Over tcp and ud the owner's CPU
+// serves a one-sided op, and a handler on the progress thread must not
+// wait for one (ARCHITECTURE §5): there a and b run their handlers on
+// workers (engine.rpc_workers).
 TEST_P(ThreeNodes, HandlersReadingEachOtherUnderAFloodAllFinish) {
   Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
   std::string ida = ids_[0], idb = ids_[1];
   const std::string param = GetParam();
-  if (param == "tcp" || param == "ud,tcp") {
-    a = cluster_.add_node({"LTIER_TRANSPORTS=" + param, "LTIER_RPC_WORKERS=2"});
-    b = cluster_.add_node({"LTIER_TRANSPORTS=" + param, "LTIER_RPC_WORKERS=2"});
+  std::vector<std::string> env;
+  if (param == "rc,tcp") env = {"LTIER_VERBS_RECV_BUFFERS=16"};
+  if (param == "tcp" || param == "ud,tcp") env = {"LTIER_RPC_WORKERS=2"};
+  if (!env.empty()) {
+    env.push_back("LTIER_TRANSPORTS=" + param);
+    a = cluster_.add_node(env);
+    b = cluster_.add_node(env);
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     ida = id_of(a);
