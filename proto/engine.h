@@ -307,6 +307,7 @@ class Engine {
   void fail_requests_to(NodeId peer, Code c);
   Status wait_impl(ReqId id, Deadline d, Results* res);
   Status collect(Request* r, Results* res);  // a done request's status and results; frees it
+  Status waited_in_handler();                // a wait by the token's holder (request_ops.cc)
   Status wait_or_cancel(ReqId id, Deadline d, Results* res);
   // A spinner stops; unparks the progress thread if it will sleep.
   void end_spin(bool will_sleep);
@@ -522,6 +523,7 @@ class Engine {
   // completions of that batch follow the one being handled (holder-only):
   // replies it sends meanwhile are corked (kWrMore) and go out together.
   std::atomic<std::thread::id> holder_{};
+  std::atomic<bool> handler_wait_told_{false};  // waited_in_handler() logged once
   bool more_in_batch_ = false;
   std::vector<transport::Completion> cq_;  // used by the progress token holder only
   // A transport whose last batch (one message of at most kHoldRxBytes that

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "common/log.h"
 #include "common/net.h"
 #include "proto/engine.h"
 
@@ -186,6 +187,9 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   Request* r = lookup(id);
   if (r == nullptr) return Code::kBadHandle;
   if (r->done()) return collect(r, res);  // a streaming receiver's usual case: no spin to count
+  if (holder_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
+    return waited_in_handler();
+  }
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.
   uint64_t spin_until = 0, started = 0;
@@ -245,6 +249,24 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   // last here (one that slept included: spinning would have saved its wake-up).
   if (started != 0) wait_gauge_.note(now_ns() - started);
   return collect(r, res);
+}
+
+// A handler that progress() runs on this thread (it holds the token) waits
+// for a request only a pass can complete: an op its owner serves (tcp, ud),
+// a call, a message. No thread can make a pass until the handler returns,
+// so the wait could only time out, and this node's heartbeats would stop
+// meanwhile (it would be declared down). It ends now as a timeout (a
+// blocking call then cancels the request), said once per engine. Native
+// one-sided ops (shm, rc) are done before any wait and never come here.
+Status Engine::waited_in_handler() {
+  if (!handler_wait_told_.exchange(true, std::memory_order_relaxed)) {
+    LT_ERROR(
+        "an RPC handler run by the progress thread waited for an operation that needs this "
+        "engine's progress (one its owner serves over tcp or ud, a call, a message): it cannot "
+        "complete before the handler returns, so it fails at once with LT_ERR_TIMEDOUT. Set "
+        "engine.rpc_workers (LTIER_RPC_WORKERS) to run handlers on threads of their own");
+  }
+  return Code::kTimedOut;
 }
 
 Status Engine::collect(Request* r, Results* res) {

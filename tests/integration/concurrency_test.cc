@@ -79,5 +79,26 @@ TEST_P(ThreeNodes, HandlersReadingEachOtherUnderAFloodAllFinish) {
   EXPECT_EQ(a->cmd("rpc_read_threads " + idb + " 12345 8 0 1 1"), "err LT_ERR_BAD_HANDLE");
 }
 
+// A handler on the progress thread that waits for its peer (an LT_read
+// the owner serves, over tcp and ud) could only time out, since no pass
+// can run until it returns, and its node's heartbeats would stop meanwhile.
+// The read fails at once instead, and the node stays up and answers. Over
+// shm and rc the read is native and done in the handler.
+TEST_P(ThreeNodes, AHandlerWaitingForItsPeerFailsAtOnceAndTheNodeStays) {
+  Proc *a = nodes_[0], *b = nodes_[1], *c = nodes_[2];
+  const std::string ha = ok_value(a->cmd("malloc " + ids_[1] + " 4096 rw"));
+  ASSERT_FALSE(ha.empty());
+  ASSERT_EQ(a->cmd("fill " + ha + " 0 4096 90"), "ok");
+  const std::string param = GetParam();
+  const bool native = param != "tcp" && param != "ud,tcp";
+  EXPECT_EQ(b->cmd("rpc_read_threads " + ids_[0] + " " + ha + " 4096 90 1 3"),
+            native ? "ok" : "err LT_ERR_TIMEDOUT");
+  EXPECT_EQ(b->cmd("rpc " + ids_[0] + " 1 0a0b"), "ok 0a0b");
+  EXPECT_EQ(c->cmd("rpc " + ids_[0] + " 1 0a0b"), "ok 0a0b");
+  const std::string hc = ok_value(c->cmd("malloc " + ids_[0] + " 64 rw"));  // a still serves
+  ASSERT_FALSE(hc.empty());
+  EXPECT_EQ(c->cmd("read " + hc + " 0 2"), "ok 0000");
+}
+
 }  // namespace
 }  // namespace lt::itest
