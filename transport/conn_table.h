@@ -194,6 +194,8 @@ class ConnTable {
 
   /// The poller released what it lent: closed connections may go.
   void release_closed() { closed_.clear(); }
+  /// Closed connections wait for release_closed() (poller only).
+  bool has_closed() const { return !closed_.empty(); }
   /// The transport is going away: every connection is marked dead.
   template <typename F>
   void for_each_locked(F&& f) {

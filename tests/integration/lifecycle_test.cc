@@ -218,12 +218,23 @@ constexpr bool kSanitized = false;
 struct Footprint {
   size_t fds = 0, maps = 0, rss_kib = 0;
   size_t shared = 0;  // mappings of ltier's memfds (shm rings, LMR memory)
+  size_t sockets = 0;
+  std::string fd_list;  // "N:target" for each descriptor, to say which differ
 };
 Footprint footprint(pid_t pid) {
   Footprint f;
   std::string dir = "/proc/" + std::to_string(pid);
   if (DIR* d = opendir((dir + "/fd").c_str())) {
-    while (dirent* e = readdir(d)) f.fds += e->d_name[0] != '.';
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      ++f.fds;
+      char target[256];
+      const std::string link = dir + "/fd/" + e->d_name;
+      ssize_t len = readlink(link.c_str(), target, sizeof(target) - 1);
+      target[len > 0 ? len : 0] = '\0';
+      f.sockets += std::string(target).rfind("socket:", 0) == 0;
+      f.fd_list += std::string(" ") + e->d_name + ":" + target;
+    }
     closedir(d);
   }
   std::ifstream maps(dir + "/maps");
@@ -287,6 +298,7 @@ TEST_P(Churn, ServerReturnsToItsFootprint) {
     }
     return f;
   };
+  const Footprint start = footprint(server->pid());
   round(10, true);  // warm-up: lazily made things (stage region, threads) exist now
   // The warm-up's clients may still be going: the base is a footprint that
   // held for half a second.
@@ -297,6 +309,10 @@ TEST_P(Churn, ServerReturnsToItsFootprint) {
     same = f.fds == base.fds && f.shared == base.shared ? same + 1 : 0;
     base = f;
   }
+  // None of those is a socket: every connection went with its client (an
+  // idle engine once kept the last one open until its next event).
+  EXPECT_EQ(base.sockets, start.sockets)
+      << "at start:" << start.fd_list << "\nafter the warm-up:" << base.fd_list;
   for (int r = 0; r < 20; ++r) round(10, r % 4 != 3);
   Footprint after = settled(base);
   printf(
@@ -304,7 +320,7 @@ TEST_P(Churn, ServerReturnsToItsFootprint) {
       "after 200 clients %zu fds, %zu mappings (%zu of memfds), %zu KiB RSS\n",
       GetParam(), base.fds, base.maps, base.shared, base.rss_kib, after.fds, after.maps,
       after.shared, after.rss_kib);
-  EXPECT_EQ(after.fds, base.fds);
+  EXPECT_EQ(after.fds, base.fds) << "before:" << base.fd_list << "\nafter:" << after.fd_list;
   EXPECT_EQ(after.shared, base.shared);
   // A sanitizer's runtime maps memory of its own as it goes.
   if (!kSanitized) {

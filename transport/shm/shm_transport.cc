@@ -389,6 +389,9 @@ size_t ShmTransport::poll(std::span<Completion> out) {
   if (++rr_ >= k) rr_ = 0;
   if (n > 0) active = true;
   if (active && armed_.load(std::memory_order_relaxed)) disarm();
+  // A connection that closed without an event for the caller (a redundant
+  // one, a stranger's) keeps no ring mapped until some later completion.
+  if (n == 0 && lent_.empty() && conns_.has_closed()) conns_.release_closed();
   return n;
 }
 

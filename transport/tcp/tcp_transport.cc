@@ -266,16 +266,19 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   // sleeping engine's first accept wait out the whole count.
   const bool look = epoll_now_.load(std::memory_order_relaxed) &&
                     epoll_now_.exchange(false, std::memory_order_relaxed);
-  if (!look && conns_.size() == 0 && ready_.empty() && !conns_.has_pending() &&
+  // The copy is made again before anything else: it holds a reference to
+  // each connection, so a stale one would keep a closed socket open for as
+  // long as the engine sits idle.
+  const auto& list = conns_.changed() ? conns_.refresh() : conns_.snapshot();
+  if (!look && list.empty() && ready_.empty() && !conns_.has_pending() &&
       ++idle_polls_ % kIdlePolls != 0) {
-    return n;
+    return settle(n);
   }
   // With few connections a spinning caller tries recv() on each of them
   // instead of asking epoll first: a message is then read with one system
   // call instead of two, and an empty try costs about what epoll_wait(0)
   // does. epoll still runs every kEpollEvery-th poll, for the listener,
   // EPOLLOUT and sweeps.
-  const auto& list = conns_.changed() ? conns_.refresh() : conns_.snapshot();
   // (With no connection there is nothing to try: the listener needs epoll.)
   if (!look && !list.empty() && list.size() <= kDirectPollConns &&
       ++direct_polls_ % kEpollEvery != 0) {
@@ -285,7 +288,7 @@ size_t TcpTransport::poll(std::span<Completion> out) {
       c->in_ready_ = true;
       ready_.push_back(c);
     }
-    return read_ready(out, n);
+    return settle(read_ready(out, n));
   }
   sweep_unidentified();
   epoll_event evs[64];
@@ -302,7 +305,15 @@ size_t TcpTransport::poll(std::span<Completion> out) {
       ready_.push_back(c);
     }
   }
-  return read_ready(out, n);
+  return settle(read_ready(out, n));
+}
+
+size_t TcpTransport::settle(size_t n) {
+  // A connection that closed without an event for the caller (a redundant
+  // one, a stranger's) would otherwise keep its socket until some later
+  // poll hands out a completion, however long the engine sits idle.
+  if (n == 0 && pinned_.empty() && conns_.has_closed()) conns_.release_closed();
+  return n;
 }
 
 void TcpTransport::sweep_unidentified() {
