@@ -1,29 +1,11 @@
 #include "proto/quiesce.h"
 
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <thread>
 
 namespace lt::proto {
 
 namespace {
-
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizingThreads = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kSanitizingThreads = true;
-#else
-constexpr bool kSanitizingThreads = false;
-#endif
-#else
-constexpr bool kSanitizingThreads = false;
-#endif
 
 // Every thread's slot; slots are reused after their thread exits and never
 // freed (a snapshot may still point at one). Leaked on purpose: threads may
@@ -37,16 +19,6 @@ Registry& registry() {
   return *r;
 }
 
-// Whether membarrier(PRIVATE_EXPEDITED) is there, and registers for it.
-// Under ThreadSanitizer the readers pay instead: it does not model the
-// kernel's barrier.
-bool detect_asymmetric() {
-  if (kSanitizingThreads) return false;
-  long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-  if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
-  return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-}
-
 // Gives the slot back when its thread exits.
 struct SlotReturn {
   Quiescence::Slot* slot = nullptr;
@@ -58,37 +30,11 @@ struct SlotReturn {
 };
 thread_local SlotReturn t_return;
 
-// The background registration: started once, waited for by snapshots.
-struct Detection {
-  std::once_flag started;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-};
-Detection& detection() {
-  static Detection* d = new Detection;  // leaked: the thread may outlive statics
-  return *d;
-}
-
 }  // namespace
 
 LT_TLS_FAST constinit thread_local Quiescence::ThreadState Quiescence::t_state{nullptr, 0};
-std::atomic<bool> Quiescence::asymmetric_{false};
 
-void Quiescence::prepare() {
-  Detection& d = detection();
-  std::call_once(d.started, [&d] {
-    std::thread([&d] {
-      const bool yes = detect_asymmetric();
-      std::lock_guard<std::mutex> g(d.mu);
-      // Under the lock a snapshot waits on: a snapshot that saw `done`
-      // also sees the readers' mode it must serve.
-      asymmetric_.store(yes, std::memory_order_release);
-      d.done = true;
-      d.cv.notify_all();
-    }).detach();
-  });
-}
+void Quiescence::prepare() { AsymFence::prepare(); }
 
 Quiescence::Slot* Quiescence::attach() {
   prepare();
@@ -112,19 +58,11 @@ Quiescence::Slot* Quiescence::attach() {
 Quiescence::Snapshot Quiescence::snapshot() {
   // Readers may switch to plain stores the moment registration ends, so a
   // snapshot taken with a fence alone could miss one: wait for it (once per
-  // process, a few ms, on a cold path).
-  prepare();
-  Detection& d = detection();
-  {
-    std::unique_lock<std::mutex> g(d.mu);
-    d.cv.wait(g, [&d] { return d.done; });
-  }
-  // Without the barrier every reader's entry is a seq_cst store, and the
-  // unpublishing store and the loads below are seq_cst too: their one total
-  // order is the fence.
-  if (asymmetric_.load(std::memory_order_acquire)) {
-    syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-  }
+  // process, a few ms, on a cold path). Without the barrier every reader's
+  // entry is a seq_cst store, and the unpublishing store and the loads
+  // below are seq_cst too: their one total order is the fence.
+  AsymFence::wait_ready();
+  AsymFence::heavy();
   Snapshot out;
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);

@@ -5,21 +5,16 @@
 //  - a thread brackets its use in a Section: two plain stores to a counter
 //    of its own (odd while inside), and a compiler barrier;
 //  - the reclaimer first unpublishes the object (no new section can find
-//    it), then calls membarrier(PRIVATE_EXPEDITED), which runs a full memory
-//    barrier on every CPU that runs a thread of this process, so each thread
+//    it), then runs AsymFence's heavy side (membarrier), so each thread
 //    either is seen inside a section or will see the object unpublished;
 //    then it snapshots the counters, and frees the object once every thread
 //    that was inside has moved on (its counter changed).
-// Where the kernel has no membarrier, a section's first store is a seq_cst
-// store instead (a locked instruction), and the reclaimer's seq_cst
-// unpublish and loads order against it: the same rule, paid by the readers.
-// Registering for membarrier waits for an RCU grace period in the kernel
-// (about 10 ms), so it runs on a thread of its own, started by prepare()
-// when an engine starts joining; until it is done readers pay the seq_cst
-// store, and a snapshot waits for it (readers switch to plain stores only
-// once the reclaimer can use the barrier). This is the scheme of userspace
-// RCU's membarrier flavour and of asymmetric hazard pointers, reduced to
-// what the engine needs.
+// Until AsymFence is ready (or where the kernel has no membarrier) a
+// section's first store is a seq_cst store instead (a locked instruction),
+// and the reclaimer's seq_cst unpublish and loads order against it: the
+// same rule, paid by the readers. A snapshot waits for the registration
+// (readers switch to plain stores once it is done). This is the scheme of
+// userspace RCU's membarrier flavour, reduced to what the engine needs.
 //
 // Thread contract: Section is for any thread; Snapshot and passed() are for
 // the reclaimer (any thread, one at a time per snapshot).
@@ -30,6 +25,7 @@
 #include <vector>
 
 #include "common/tls.h"
+#include "proto/asym_fence.h"
 
 namespace lt::proto {
 
@@ -66,8 +62,7 @@ class Quiescence {
     uint32_t depth;
   };
   LT_TLS_FAST static constinit thread_local ThreadState t_state;
-  static std::atomic<bool> asymmetric_;  // set once registered (prepare)
-  static Slot* attach();                 // first section of a thread: its slot, and the exit hook
+  static Slot* attach();  // first section of a thread: its slot, and the exit hook
 
   static void enter() {
     ThreadState& t = t_state;
@@ -75,7 +70,7 @@ class Quiescence {
     if (t.slot == nullptr) [[unlikely]]
       t.slot = attach();
     const uint64_t v = t.slot->seq.load(std::memory_order_relaxed) + 1;
-    if (asymmetric_.load(std::memory_order_relaxed)) {
+    if (AsymFence::ready()) {
       t.slot->seq.store(v, std::memory_order_relaxed);
       std::atomic_signal_fence(std::memory_order_seq_cst);  // the kernel's barrier does the rest
     } else {

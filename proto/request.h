@@ -18,6 +18,7 @@
 
 #include "common/net.h"
 #include "common/status.h"
+#include "proto/asym_fence.h"
 #include "proto/lmr/lmr.h"
 #include "proto/msg.h"
 #include "proto/wait.h"
@@ -113,7 +114,7 @@ struct Request {
   /// it won: PENDING to CLAIMED without a compare-exchange.
   void set_claimed() {
     uint64_t w = word.load(std::memory_order_relaxed);
-    word.store((w & ~uint64_t{0xff}) | kStClaimed);
+    word.store((w & ~uint64_t{0xff}) | kStClaimed, std::memory_order_release);  // no locked op
   }
   /// PENDING or PLACING to CLAIMED; false when someone else completed,
   /// cancelled or claimed it.
@@ -126,11 +127,18 @@ struct Request {
   /// waiter that went to sleep.
   void complete(Status s) {
     status = s.code();
-    uint64_t w = word.load(std::memory_order_relaxed);
-    word.store((w & ~uint64_t{0xff}) | kStDone, std::memory_order_seq_cst);
-    // A waiter counts itself in `sleepers` before its last look at the word:
-    // either it sees DONE or we see it and bump `wake` (which its futex
-    // compares). No waiter asleep, no locked instruction.
+    const uint64_t done = (word.load(std::memory_order_relaxed) & ~uint64_t{0xff}) | kStDone;
+    // A waiter counts itself in `sleepers`, then fences, before its last
+    // look at the word: either it sees DONE or we see it and bump `wake`
+    // (which its futex compares). The waiter's fence is the heavy side of
+    // AsymFence, so this one is a plain store: no locked instruction per
+    // completion, and none at all while no waiter sleeps.
+    if (AsymFence::ready()) {
+      word.store(done, std::memory_order_release);
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    } else {
+      word.store(done, std::memory_order_seq_cst);
+    }
     if (sleepers.load(std::memory_order_seq_cst) != 0) {
       wake.fetch_add(1, std::memory_order_seq_cst);
       futex_wake_all(&wake);

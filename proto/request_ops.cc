@@ -105,6 +105,7 @@ bool Engine::poll_asleep(Request* r, Deadline d) {
     }
     r->notify_fd.store(poller_fd_, std::memory_order_relaxed);
     r->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    AsymFence::heavy();  // the completer's side is a plain store (Request::complete)
     if (word_state(r->word.load(std::memory_order_seq_cst)) != kStDone) {
       // Capped as the futex sleep is: QoS keeps its board fresh.
       const uint64_t ns =
@@ -234,6 +235,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
     }
     uint32_t seen = r->wake.load(std::memory_order_seq_cst);
     r->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    AsymFence::heavy();  // the completer's side is a plain store (Request::complete)
     if (word_state(r->word.load(std::memory_order_seq_cst)) != kStDone) {
       // The progress thread completes the request and wakes us; the cap on
       // the sleep only bounds the cost of a missed wake-up, or, with QoS

@@ -106,6 +106,7 @@ TEST(RequestTable, CompleteWakesASleepingWaiter) {
     while (!r->done()) {
       uint32_t seen = r->wake.load();
       r->sleepers.fetch_add(1);
+      AsymFence::heavy();
       if (!r->done()) futex_wait(&r->wake, seen, kMaxSleepNs);
       r->sleepers.fetch_sub(1);
     }
@@ -114,6 +115,32 @@ TEST(RequestTable, CompleteWakesASleepingWaiter) {
   r->complete(Code::kPeerDown);
   waiter.join();
   EXPECT_EQ(r->status, Code::kPeerDown);
+}
+
+// With the asymmetric fence in use, a completion (a plain store) racing a
+// waiter on its way to sleep still wakes it: the waiter here sleeps with no
+// cap that would hide a lost wake-up (one would hang the test).
+TEST(RequestTable, NoCompletionMissesAWaiterGoingToSleep) {
+  AsymFence::wait_ready();
+  RequestTable t(64);
+  for (int i = 0; i < 2000; ++i) {
+    ReqId id = 0;
+    Request* r = *t.claim(ReqKind::kPlain, 0, &id);
+    std::thread waiter([r] {
+      while (!r->done()) {
+        uint32_t seen = r->wake.load();
+        r->sleepers.fetch_add(1);
+        AsymFence::heavy();
+        if (!r->done()) futex_wait(&r->wake, seen, 3600ull * 1000000000ull);
+        r->sleepers.fetch_sub(1);
+      }
+    });
+    for (int spin = 0; spin < i % 64; ++spin) cpu_relax();  // vary who gets there first
+    r->set_claimed();
+    r->complete(Code::kOk);
+    waiter.join();
+    t.put_back(r);
+  }
 }
 
 TEST(RequestTable, ConcurrentClaimAndReleaseNeverShareASlot) {

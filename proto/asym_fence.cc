@@ -1,0 +1,81 @@
+#include "proto/asym_fence.h"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace lt::proto {
+
+namespace {
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizingThreads = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kSanitizingThreads = true;
+#else
+constexpr bool kSanitizingThreads = false;
+#endif
+#else
+constexpr bool kSanitizingThreads = false;
+#endif
+
+// Whether membarrier(PRIVATE_EXPEDITED) is there, and registers for it.
+bool detect() {
+  if (kSanitizingThreads) return false;
+  long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+  return syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+// The background registration: started once, waited for by wait_ready().
+struct Detection {
+  std::once_flag started;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+Detection& detection() {
+  static Detection* d = new Detection;  // leaked: the thread may outlive statics
+  return *d;
+}
+
+}  // namespace
+
+std::atomic<bool> AsymFence::ready_{false};
+
+void AsymFence::prepare() {
+  Detection& d = detection();
+  std::call_once(d.started, [&d] {
+    std::thread([&d] {
+      const bool yes = detect();
+      std::lock_guard<std::mutex> g(d.mu);
+      // Under the lock wait_ready() takes: a thread that saw `done` also
+      // sees the mode the hot sides now use.
+      ready_.store(yes, std::memory_order_seq_cst);
+      d.done = true;
+      d.cv.notify_all();
+    }).detach();
+  });
+}
+
+void AsymFence::wait_ready() {
+  prepare();
+  Detection& d = detection();
+  std::unique_lock<std::mutex> g(d.mu);
+  d.cv.wait(g, [&d] { return d.done; });
+}
+
+void AsymFence::heavy() {
+  if (ready()) {
+    syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace lt::proto
