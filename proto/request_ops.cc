@@ -189,7 +189,8 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   if (r == nullptr) return Code::kBadHandle;
   if (r->done()) return collect(r, res);  // a streaming receiver's usual case: no spin to count
   if (holder_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
-    return waited_in_handler();
+    // A look (timeout 0) by a handler is no wait: it only times out.
+    return d.at_ns() == 0 ? Status(Code::kTimedOut) : waited_in_handler();
   }
   // The spin budget starts at the first clock read, 8 polls in: a wait that
   // ends before that (a ping-pong) reads no clock at all.

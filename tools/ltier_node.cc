@@ -14,7 +14,8 @@
 // or 30 s pass; with engine.rpc_workers only) and 5; function 6 is a server
 // loop (LT_regRPC_loop) answered by the rpc_loop command; function 7 reads
 // an LMR of this node's with LT_read from inside the handler (a handler doing
-// a one-sided op on another node) and answers the bytes.
+// a one-sided op on another node) and answers the bytes; function 8 takes
+// the messages waiting on a port with LT_recv from inside the handler.
 #include "ltier_node/node.h"
 
 namespace ltier_node {
@@ -130,6 +131,11 @@ constexpr Command kCommands[] = {
      "NODE H LEN BYTE THREADS COUNT -> ok (THREADS x COUNT calls of function 7: NODE's "
      "handler LT_reads LEN bytes of its handle H; each answer must be LEN bytes of BYTE)",
      cmd_rpc_read_threads},
+    {"send_then_take",
+     "NODE PORT ROUNDS -> ok (each round: three 64-byte send_seq messages to PORT, then a call "
+     "of function 8, whose handler LT_recvs the waiting ones; each answer must be its round's "
+     "three, in order)",
+     cmd_send_then_take},
     {"mixed_threads",
      "NODE THREADS ROUNDS [PORT] -> ok (an LMR on NODE; each thread, each round: an LT_RPC "
      "echo, an LT_write and LT_read back, a fetch_add, and with PORT a send_seq-style message "
@@ -199,6 +205,9 @@ void serve_functions(lt_engine_t* e) {
   }
   if (int r = LT_regRPC(e, 7, rpc_read_lmr, e); r != 0) {
     fprintf(stderr, "ltier-node: LT_regRPC(7): %s\n", LT_strerror(r));
+  }
+  if (int r = LT_regRPC(e, 8, rpc_take_msgs, e); r != 0) {
+    fprintf(stderr, "ltier-node: LT_regRPC(8): %s\n", LT_strerror(r));
   }
   if (int r = LT_regRPC_loop(e, 6); r != 0) {
     fprintf(stderr, "ltier-node: LT_regRPC_loop(6): %s\n", LT_strerror(r));

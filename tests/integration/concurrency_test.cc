@@ -100,5 +100,20 @@ TEST_P(ThreeNodes, AHandlerWaitingForItsPeerFailsAtOnceAndTheNodeStays) {
   EXPECT_EQ(c->cmd("read " + hc + " 0 2"), "ok 0000");
 }
 
+// Messages and a call arriving together: the handler of the call, run
+// while the messages before it in the same batch of arrivals have just been
+// stored on their port, takes them with LT_recv (a look, timeout 0). Each
+// call must answer its round's messages, whole and in order, and a look
+// that finds none is no error (a batch held under the port lock, or a
+// look treated as a handler's wait, would hang or fail here).
+TEST_P(ThreeNodes, AHandlerTakesTheMessagesThatArrivedInItsBatch) {
+  Proc *a = nodes_[0], *c = nodes_[2];
+  ASSERT_TRUE(a->send("send_then_take " + ids_[1] + " 9 300"));
+  ASSERT_TRUE(c->send("send_then_take " + ids_[1] + " 10 300"));
+  EXPECT_EQ(a->read_line(120000), "ok");
+  EXPECT_EQ(c->read_line(120000), "ok");
+  EXPECT_EQ(a->cmd("rpc " + ids_[1] + " 1 0a0b"), "ok 0a0b");
+}
+
 }  // namespace
 }  // namespace lt::itest

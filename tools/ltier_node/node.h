@@ -149,6 +149,8 @@ int rpc_gate_open(void*, lt_node_t, const void*, size_t, void*, size_t, size_t* 
 inline constexpr size_t kReadLmrRequest = 20;  // function 7's request: H, OFF, LEN
 int rpc_read_lmr(void* ctx, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
                  size_t* out_len);
+int rpc_take_msgs(void* ctx, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+                  size_t* out_len);
 
 // The commands: each reads its arguments and returns its answer line.
 std::string cmd_id(lt_engine_t* e, Args& a);
@@ -188,6 +190,7 @@ std::string cmd_rpc_sizes(lt_engine_t* e, Args& a);
 std::string cmd_rpc_async(lt_engine_t* e, Args& a);
 std::string cmd_rpc_threads(lt_engine_t* e, Args& a);
 std::string cmd_rpc_read_threads(lt_engine_t* e, Args& a);
+std::string cmd_send_then_take(lt_engine_t* e, Args& a);
 std::string cmd_mixed_threads(lt_engine_t* e, Args& a);
 std::string cmd_recv_mixed(lt_engine_t* e, Args& a);
 std::string cmd_rpc_timeout(lt_engine_t* e, Args& a);

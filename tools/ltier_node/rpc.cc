@@ -64,6 +64,27 @@ int rpc_read_lmr(void* ctx, lt_node_t, const void* in, size_t in_len, void* out,
   return 0;
 }
 
+// Function 8: LT_recv from inside the handler, looking once (timeout 0) on
+// the port the request names (4 bytes, host order) until none waits or the
+// answer is full; the answer is the messages taken, one after the other.
+int rpc_take_msgs(void* ctx, lt_node_t, const void* in, size_t in_len, void* out, size_t out_cap,
+                  size_t* out_len) {
+  if (in_len != sizeof(uint32_t)) return -LT_ERR_INVAL;
+  uint32_t port;
+  std::memcpy(&port, in, sizeof(port));
+  auto* at = static_cast<unsigned char*>(out);
+  *out_len = 0;
+  for (;;) {
+    lt_node_t src = 0;
+    size_t n = 0;
+    int r = LT_recv(static_cast<lt_engine_t*>(ctx), port, at + *out_len, out_cap - *out_len, &src,
+                    &n, 0);
+    if (r == -LT_ERR_TIMEDOUT || (r == 0 && n == 0)) return 0;
+    if (r != 0) return r;
+    *out_len += n;
+  }
+}
+
 // ---------------------------------------------------------------- RPC
 
 std::string cmd_rpc(lt_engine_t* e, Args& a) {
@@ -174,6 +195,41 @@ std::string cmd_rpc_read_threads(lt_engine_t* e, Args& a) {
   });
   if (rc) return err(rc);
   return bad.load() ? "err mismatch" : "ok";
+}
+
+// ROUNDS rounds of: three send_seq messages of 64 bytes to PORT of NODE,
+// then a call of function 8 there, whose handler takes the messages waiting.
+// The messages and the call arrive together, so NODE runs the handler in
+// the middle of a batch of arrivals; each answer must be its round's three
+// messages, in order.
+std::string cmd_send_then_take(lt_engine_t* e, Args& a) {
+  lt_node_t node = a.node();
+  uint32_t port = a.u32();
+  uint64_t rounds = a.u64();
+  constexpr uint64_t kSize = 64, kPerRound = 3;
+  std::vector<unsigned char> rep(kSize * kPerRound + 1), m(kSize);
+  for (uint64_t i = 0; i < rounds; ++i) {
+    for (uint64_t k = 0; k < kPerRound; ++k) {
+      m = seq_message(kSize, i * kPerRound + k);
+      if (int rc = LT_send(e, node, port, m.data(), kSize); rc) return err(rc) + " send";
+    }
+    size_t got = 0;
+    if (int rc = LT_RPC(e, node, 8, &port, sizeof(port), rep.data(), rep.size(), &got); rc) {
+      return err(rc) + " call " + std::to_string(i);
+    }
+    if (got != kSize * kPerRound) {
+      return "err call " + std::to_string(i) + " took " + std::to_string(got) + " bytes";
+    }
+    for (uint64_t k = 0; k < kPerRound; ++k) {
+      std::copy_n(rep.begin() + static_cast<long>(k * kSize), kSize, m.begin());
+      uint64_t seq = 0;
+      if (!seq_message_ok(m, kSize, &seq) || seq != i * kPerRound + k) {
+        return "err call " + std::to_string(i) + " message " + std::to_string(k) + " is " +
+               std::to_string(seq);
+      }
+    }
+  }
+  return "ok";
 }
 
 // rpc_timeout and rpc_timeout_func: calls `func` of `node`, waits MS, then
