@@ -175,6 +175,11 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "(process_vm_writev, one copy) where the kernel allows it; 0, or where it does not: the "
        "stage (shm.stage_bytes), then the pull",
        K::kU32, &c.shm.cma},
+      {"shm.cma_min_bytes", "LTIER_SHM_CMA_MIN_BYTES",
+       "LT_send over shm: with shm.cma, rendezvous messages of at least this size are placed; "
+       "smaller ones are staged while the stage has room (two copies, no system call: the "
+       "kernel pins the receiver's pages for every placement); 0: place them all",
+       K::kU32, &c.shm.cma_min_bytes},
       {"engine.spin_us", "LTIER_SPIN_US",
        "a waiting caller spins at least this long (longer, up to 500 us, where waits here "
        "usually last longer), then blocks",

@@ -60,6 +60,10 @@ struct Caps {  // read once per peer; values the device granted
   ///    ends), like an RDMA remote access error.
   ///  - verbs (later): RDMA WRITE to an MR.
   bool placement = false;
+  /// With placement: rendezvous messages below this size go through the
+  /// sender's stage instead where the transport also reads natively (shm:
+  /// shm.cma_min_bytes); 0 places them all.
+  uint64_t place_min_bytes = 0;
   /// A one-sided op with an rkey this transport never issued (or of freed
   /// memory), or without the rights the region was made with, is refused at
   /// post (kBadHandle, kPerm) and the connection stays (shm: the rkey names

@@ -54,12 +54,14 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   if (len <= caps.eager_max)
     return send_eager(node, ep.get(), caps.gathers, port, buf, len, credit);
   // Staged when the transport reads natively but cannot place (no
-  // cross-memory attach): placement is one copy and needs no stage, so it
-  // goes by the pull below. The stage's key is the memory transport's, so
-  // only that one reads it. A stage that looks full may have releases from
-  // its readers waiting in a transport nobody polled yet (the progress
+  // cross-memory attach), or places at a cost a second copy undercuts
+  // (Caps::place_min_bytes): placement is one copy and needs no stage, so
+  // it goes by the pull below. The stage's key is the memory transport's,
+  // so only that one reads it. A stage that looks full may have releases
+  // from its readers waiting in a transport nobody polled yet (the progress
   // thread stays parked while callers are busy): one pass, then look again.
-  if (caps.one_sided && !caps.placement && via == transports_.memory()) {
+  if (caps.one_sided && (!caps.placement || len < caps.place_min_bytes) &&
+      via == transports_.memory()) {
     uint64_t off = 0;
     if (stage_.alloc(node, len, &off) || (progress(), stage_.alloc(node, len, &off))) {
       return send_staged(node, ep.get(), port, buf, len, off, credit);

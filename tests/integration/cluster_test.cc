@@ -319,7 +319,8 @@ TEST_P(ThreeNodes, RpcToOwnServerLoop) {
 TEST(Quota, RefusedAsyncAtomicDoesNothing) {
   Cluster cluster;
   ASSERT_TRUE(cluster.ok());
-  Proc* a = cluster.add_node({"LTIER_MAX_OUTSTANDING_OPS=1"});
+  // No stage: a large send over shm is placed or pulled, and waits for b.
+  Proc* a = cluster.add_node({"LTIER_MAX_OUTSTANDING_OPS=1", "LTIER_SHM_STAGE_BYTES=0"});
   Proc* b = cluster.add_node();
   ASSERT_TRUE(a && b);
   std::string ia = id_of(a), ib = id_of(b);

@@ -40,6 +40,40 @@ TEST(ShmStage, FullStageFallsBackToPull) {
   EXPECT_NE(r.find("got 1 expected 0"), std::string::npos) << r;
 }
 
+// Over shm a rendezvous message below shm.cma_min_bytes (8 MiB by default,
+// 1 MiB for a here) is staged even where cross-memory attach works: its
+// send completes with no receive posted. From the threshold on (or
+// everywhere with it at 0) it is placed into the receive's buffer, so a
+// send that finds no receive waits and, at its timeout, is withdrawn.
+// Either way messages arrive whole and in order.
+TEST(ShmStage, MessagesBelowCmaMinAreStagedLargerOnesPlaced) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  Proc* a = cluster.add_node({"LTIER_OP_TIMEOUT_MS=400", "LTIER_SHM_CMA_MIN_BYTES=1048576"});
+  Proc* b = cluster.add_node({});
+  Proc* c = cluster.add_node({"LTIER_OP_TIMEOUT_MS=400", "LTIER_SHM_CMA_MIN_BYTES=0"});
+  ASSERT_TRUE(a && b && c);
+  const std::string ib = id_of(b);
+  ASSERT_EQ(a->cmd("transport " + ib).rfind("ok shm", 0), 0u);
+  ASSERT_EQ(c->cmd("transport " + ib).rfind("ok shm", 0), 0u);
+  const std::string placed = c->cmd("send_seq " + ib + " 7 1 300000", 30000);
+  if (placed == "ok") GTEST_SKIP() << "no cross-memory attach here: every message is staged";
+  EXPECT_EQ(placed.rfind("err LT_ERR_TIMEDOUT", 0), 0u) << placed;
+  EXPECT_EQ(a->cmd("send_seq " + ib + " 5 3 300000", 30000), "ok");  // staged: done at once
+  const std::string big = a->cmd("send_seq " + ib + " 6 1 1048576", 30000);
+  EXPECT_EQ(big.rfind("err LT_ERR_TIMEDOUT", 0), 0u) << big;
+  EXPECT_EQ(b->cmd("recv_seq 5 3 300000", 30000), "ok");
+  // The withdrawn ones are gone; placed messages arrive once receives wait.
+  EXPECT_EQ(b->cmd("recv 6 16 100"), "err LT_ERR_TIMEDOUT");
+  EXPECT_EQ(b->cmd("recv 7 16 100"), "err LT_ERR_TIMEDOUT");
+  ASSERT_TRUE(c->send("send_seq " + ib + " 8 4 300000"));
+  ASSERT_TRUE(a->send("send_seq " + ib + " 9 2 1048576"));
+  EXPECT_EQ(b->cmd("recv_seq 8 4 300000", 30000), "ok");
+  EXPECT_EQ(b->cmd("recv_seq 9 2 1048576", 30000), "ok");
+  EXPECT_EQ(c->read_line(30000), "ok");
+  EXPECT_EQ(a->read_line(30000), "ok");
+}
+
 // A receive matched to a rendezvous message that it pulls (shm without
 // placement or stage; tcp when the message is larger than the buffer) waits
 // for the data past its timeout: the pull has consumed the sender's message,

@@ -51,6 +51,7 @@ Status ShmTransport::init() {
     iovec l{&dst, sizeof(dst)}, rr{&src, sizeof(src)};
     if (::process_vm_readv(::getpid(), &l, 1, &rr, 1, 0) == sizeof(dst) && dst == src) {
       caps_.placement = true;
+      caps_.place_min_bytes = config_.cma_min_bytes;
     } else {
       LT_DEBUG("shm: no cross-memory attach (%s); large messages are staged", strerror(errno));
     }
