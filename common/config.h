@@ -57,11 +57,13 @@ struct ShmConfig {
   uint32_t cma = 1;  // 1: single-copy rendezvous with process_vm_writev where allowed
   // Rendezvous messages below this are staged even where placement works:
   // process_vm_writev pins the receiver's pages on every call, and on a
-  // Zen 5 VM the stage's second copy cost less at every size measured
-  // (round trip half as long from 64 KiB to 4 MiB; streaming 64 KiB 3.9x
-  // the bytes, equal from 1 MiB). Larger messages, and those that find the
-  // stage full, are placed. 0: place every rendezvous message.
-  uint32_t cma_min_bytes = 8u << 20;
+  // Zen 5 VM the stage's second copy cost less up to 512 KiB (streaming
+  // 64 KiB moved 3.9x the bytes, a round trip took a third of the time).
+  // From 1 MiB a stream moved as much or more placed (the stage's fresh
+  // pages fault in the first pass), though a lone round trip was faster
+  // staged. Larger messages, and those that find the stage full, are
+  // placed. 0: place every rendezvous message.
+  uint32_t cma_min_bytes = 1u << 20;
 };
 
 struct VerbsConfig {
