@@ -266,19 +266,23 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   // sleeping engine's first accept wait out the whole count.
   const bool look = epoll_now_.load(std::memory_order_relaxed) &&
                     epoll_now_.exchange(false, std::memory_order_relaxed);
-  // The copy is made again before anything else: it holds a reference to
-  // each connection, so a stale one would keep a closed socket open for as
-  // long as the engine sits idle.
-  const auto& list = conns_.changed() ? conns_.refresh() : conns_.snapshot();
-  if (!look && list.empty() && ready_.empty() && !conns_.has_pending() &&
+  if (!look && conns_.size() == 0 && ready_.empty() && !conns_.has_pending() &&
       ++idle_polls_ % kIdlePolls != 0) {
-    return settle(n);
+    // The poller's copy holds a reference to each connection: once the
+    // last one closed it goes now, so an idle engine keeps no closed socket
+    // open until its next event.
+    if (!conns_.snapshot().empty()) {
+      conns_.refresh();
+      return settle(n);
+    }
+    return n;
   }
   // With few connections a spinning caller tries recv() on each of them
   // instead of asking epoll first: a message is then read with one system
   // call instead of two, and an empty try costs about what epoll_wait(0)
   // does. epoll still runs every kEpollEvery-th poll, for the listener,
   // EPOLLOUT and sweeps.
+  const auto& list = conns_.changed() ? conns_.refresh() : conns_.snapshot();
   // (With no connection there is nothing to try: the listener needs epoll.)
   if (!look && !list.empty() && list.size() <= kDirectPollConns &&
       ++direct_polls_ % kEpollEvery != 0) {
