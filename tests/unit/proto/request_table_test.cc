@@ -98,19 +98,23 @@ TEST(RequestTable, GenerationWrapSkipsZero) {
   EXPECT_EQ(req_gen(again), 1u) << "after 2^32 - 1 uses an id repeats, never with generation 0";
 }
 
+// A waiter's sleep as Engine::wait_impl does it: counted, fenced, then a
+// last look at the word before the futex (each sleep at most cap_ns).
+void sleep_until_done(Request* r, uint64_t cap_ns) {
+  while (!r->done()) {
+    uint32_t seen = r->wake.load();
+    r->sleepers.fetch_add(1);
+    AsymFence::heavy();
+    if (!r->done()) futex_wait(&r->wake, seen, cap_ns);
+    r->sleepers.fetch_sub(1);
+  }
+}
+
 TEST(RequestTable, CompleteWakesASleepingWaiter) {
   RequestTable t(64);
   ReqId id = 0;
   Request* r = *t.claim(ReqKind::kPlain, 0, &id);
-  std::thread waiter([r] {
-    while (!r->done()) {
-      uint32_t seen = r->wake.load();
-      r->sleepers.fetch_add(1);
-      AsymFence::heavy();
-      if (!r->done()) futex_wait(&r->wake, seen, kMaxSleepNs);
-      r->sleepers.fetch_sub(1);
-    }
-  });
+  std::thread waiter([r] { sleep_until_done(r, kMaxSleepNs); });
   r->set_claimed();
   r->complete(Code::kPeerDown);
   waiter.join();
@@ -126,15 +130,7 @@ TEST(RequestTable, NoCompletionMissesAWaiterGoingToSleep) {
   for (int i = 0; i < 2000; ++i) {
     ReqId id = 0;
     Request* r = *t.claim(ReqKind::kPlain, 0, &id);
-    std::thread waiter([r] {
-      while (!r->done()) {
-        uint32_t seen = r->wake.load();
-        r->sleepers.fetch_add(1);
-        AsymFence::heavy();
-        if (!r->done()) futex_wait(&r->wake, seen, 3600ull * 1000000000ull);
-        r->sleepers.fetch_sub(1);
-      }
-    });
+    std::thread waiter([r] { sleep_until_done(r, 3600ull * 1000000000ull); });
     for (int spin = 0; spin < i % 64; ++spin) cpu_relax();  // vary who gets there first
     r->set_claimed();
     r->complete(Code::kOk);
