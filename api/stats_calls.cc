@@ -48,6 +48,7 @@ int LT_stats(lt_engine_t* e, lt_stats_t* out) {
   out->late_replies = s.late_replies;
   out->ring_calls = s.ring_calls;
   out->ring_replies = s.ring_replies;
+  out->split_recvs = s.split_recvs;
   for (const auto& [name, t] : e->core.transport_stats()) {
     if (out->num_transports == LT_MAX_TRANSPORTS) break;
     lt_transport_stats_t& o = out->transports[out->num_transports++];

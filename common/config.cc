@@ -180,6 +180,11 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "smaller ones are staged while the stage has room (two copies, no system call: the "
        "kernel pins the receiver's pages for every placement); 0: place them all",
        K::kU32, &c.shm.cma_min_bytes},
+      {"shm.split_min_bytes", "LTIER_SHM_SPLIT_MIN_BYTES",
+       "LT_send over shm: placed messages of at least this size are split, the receiver "
+       "reading the second half from the sender's buffer while the sender writes the first "
+       "(both CPUs copy); 0: the sender writes it all",
+       K::kU32, &c.shm.split_min_bytes},
       {"engine.spin_us", "LTIER_SPIN_US",
        "a waiting caller spins at least this long (longer, up to 500 us, where waits here "
        "usually last longer), then blocks",

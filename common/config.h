@@ -57,13 +57,17 @@ struct ShmConfig {
   uint32_t cma = 1;  // 1: single-copy rendezvous with process_vm_writev where allowed
   // Rendezvous messages below this are staged even where placement works:
   // process_vm_writev pins the receiver's pages on every call, and on a
-  // Zen 5 VM the stage's second copy cost less up to 512 KiB (streaming
-  // 64 KiB moved 3.9x the bytes, a round trip took a third of the time).
-  // From 1 MiB a stream moved as much or more placed (the stage's fresh
-  // pages fault in the first pass), though a lone round trip was faster
-  // staged. Larger messages, and those that find the stage full, are
-  // placed. 0: place every rendezvous message.
-  uint32_t cma_min_bytes = 1u << 20;
+  // Zen 5 VM the stage's second copy cost less up to 512 KiB with one CPU
+  // placing (streaming 64 KiB moved 3.9x the bytes). With both CPUs copying
+  // (split_min_bytes) an Intel Xeon VM placed 128-512 KiB messages in half
+  // the time the stage took, so placement starts at 256 KiB. Larger
+  // messages, and those that find the stage full, are placed. 0: place
+  // every rendezvous message.
+  uint32_t cma_min_bytes = 256u << 10;
+  // Placed messages of at least this size are split: the receiver reads the
+  // second half from the sender's buffer while the sender writes the first,
+  // so both CPUs copy. 0: the sender writes it all.
+  uint32_t split_min_bytes = 256u << 10;
 };
 
 struct VerbsConfig {

@@ -75,6 +75,7 @@ void Engine::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b
     case MsgOp::kMsgRts:
     case MsgOp::kMsgStaged:
     case MsgOp::kMsgPull:
+    case MsgOp::kMsgPulled:
     case MsgOp::kMsgCredit:
       return serve_msg(from, h, b);  // msg/recv.cc
     case MsgOp::kRpcReq:
@@ -121,6 +122,7 @@ void Engine::complete(NodeId from, const MsgHeader& h, std::span<const std::byte
   Request* r = claim_for_reply(from, h, msg_data);
   if (r == nullptr) return;
   Status s = static_cast<Code>(h.status);
+  if (r->kind == ReqKind::kRecv && split_reply(r, h.req_id, from, op, s, b)) return;
   if (r->kind == ReqKind::kRecv && op == MsgOp::kMsgData && !s.is_ok()) {
     // The sender withdrew its rendezvous message: wait for the next one.
     drop_placement(r);

@@ -264,8 +264,8 @@ void Engine::peer_gone(NodeId n, bool member_down) {
 }
 
 EngineStats Engine::stats() const {
-  return {served_.load(), malformed_.load(), late_.load(), ring_calls_.load(),
-          ring_replies_.load()};
+  return {served_.load(),     malformed_.load(),    late_.load(),
+          ring_calls_.load(), ring_replies_.load(), split_recvs_.load()};
 }
 
 std::vector<PeerTraffic> Engine::peer_traffic() const {

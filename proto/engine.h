@@ -52,6 +52,7 @@ struct EngineStats {
   uint64_t late_replies = 0;  // replies for cancelled or unknown requests
   uint64_t ring_calls = 0;    // RPCs this node made into a server's ring
   uint64_t ring_replies = 0;  // replies this node wrote into a caller's reply ring
+  uint64_t split_recvs = 0;   // rendezvous messages received split (msg/rndv_split.cc)
 };
 
 /// What one process holds in an engine: its LMR handles and published
@@ -431,8 +432,8 @@ class Engine {
                            const void* buf, size_t len, MsgCreditGuard& credit);
   Result<ReqId> send_staged(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
                             size_t len, uint64_t stage_off, MsgCreditGuard& credit);
-  Result<ReqId> send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
-                          MsgCreditGuard& credit);
+  Result<ReqId> send_rndv(NodeId node, transport::Transport* via, uint32_t port, const void* buf,
+                          size_t len, MsgCreditGuard& credit);
   Status admit_send(NodeId node, uint64_t bytes);  // QoS's gate for a send that takes no request
   void serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   void arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
@@ -454,10 +455,22 @@ class Engine {
   bool can_place(NodeId from, uint64_t len, uint64_t cap) const;
   void offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull);
   void drop_placement(Request* r);
-  void send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull);
-  void pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len);
+  bool send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull);
+  void pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len, RndvSrc src);
+  void start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, uint64_t len, bool place,
+                  RndvSrc src);
   void serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
-  Status place_write(NodeId to, Request* r, const MsgPull& q, bool* wrote);
+  Status place_write(NodeId to, Request* r, const MsgPull& q, uint64_t bytes, bool* wrote);
+  // Split rendezvous (msg/rndv_split.cc): both ends copy part of a message.
+  void offer_split(Request* r, transport::Transport* via, uint32_t gen, MsgRts* m);
+  void end_split_send(Request* r, uint32_t gen, Status s);
+  void serve_pulled(NodeId from, const MsgHeader& h);
+  uint64_t split_head(NodeId from, uint64_t len, RndvSrc src) const;
+  void read_split_tail(Request* r, ReqId id, NodeId from, uint64_t sender_req, std::byte* dst,
+                       uint64_t len, uint64_t head, RndvSrc src);
+  bool split_reply(Request* r, ReqId id, NodeId from, MsgOp op, Status s,
+                   std::span<const std::byte> b);
+  void end_split_recv(Request* r, ReqId id);
   Status complete_recv(Request* r, NodeId from, MsgOp op, std::span<const std::byte> b);
   // A message consumed here: counted (Credits::count_consumed under the
   // port table's lock), and the credits go back piggybacked or in a
@@ -538,7 +551,8 @@ class Engine {
   int wake_fd_ = -1;
   std::thread progress_thread_;
   std::atomic<std::thread::id> progress_tid_{};  // set by the progress thread itself
-  std::atomic<uint64_t> served_{0}, malformed_{0}, late_{0}, ring_calls_{0}, ring_replies_{0};
+  std::atomic<uint64_t> served_{0}, malformed_{0}, late_{0}, ring_calls_{0}, ring_replies_{0},
+      split_recvs_{0};
 };
 
 }  // namespace lt::proto

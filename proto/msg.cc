@@ -59,6 +59,9 @@ bool shape_of(MsgOp op, OpShape* s) {
     case MsgOp::kMsgStaged:
       *s = {sizeof(MsgStaged), false};
       return true;
+    case MsgOp::kMsgPulled:
+      *s = {sizeof(MsgHeader), false};
+      return true;
     case MsgOp::kRpcRingReq:
     case MsgOp::kRpcRingOffer:
       *s = {sizeof(RpcRingMsg), false};

@@ -12,7 +12,7 @@
 
 namespace lt::proto {
 
-inline constexpr uint8_t kProtoVersion = 1;
+inline constexpr uint8_t kProtoVersion = 2;
 
 enum class MsgOp : uint8_t {
   kReadReq = 1,
@@ -32,6 +32,7 @@ enum class MsgOp : uint8_t {
   kRpcRingReq = 15,    // RpcRingMsg: a client's reply ring (rpc/rpc_ring.h)
   kRpcRingOffer = 16,  // RpcRingMsg: the server's request ring for that client
   kRevokeReq = 17,     // RevokeReq: the master freed an LMR the receiver mapped
+  kMsgPulled = 18,     // MsgHeader: the receiver read its part of a split rendezvous
   kReply = 64,         // generic reply: MsgHeader (+ read data)
   kAllocReply = 65,
   kMapReply = 66,
@@ -185,8 +186,20 @@ struct MsgRts {
   uint64_t len;         // message length
   uint64_t stage_rkey;  // non-zero: the message is staged in the sender's shm memory at
   uint64_t stage_off;   // stage_off (read it natively, then MsgStaged); 0: MsgPull it
+  // src_rkey != 0: the message itself, readable natively at src_addr, so the
+  // receiver may read part of it while the sender places the rest (a split
+  // rendezvous: rndv_split.cc); the receiver then says MsgPulled.
+  uint64_t src_addr;
+  uint64_t src_rkey;
 };
-static_assert(sizeof(MsgRts) == 48);
+static_assert(sizeof(MsgRts) == 64);
+
+/// Where a rendezvous message can be read natively (MsgRts::src_*); rkey 0:
+/// nowhere (no split).
+struct RndvSrc {
+  uint64_t addr = 0;
+  uint64_t rkey = 0;
+};
 
 struct MsgStaged {
   MsgHeader h;         // req_id unused (zero)
@@ -199,8 +212,11 @@ struct MsgPull {
   uint64_t recv_id;   // the receiver's recv request; MsgData/MsgPlaced carry it back
   uint64_t dst_addr;  // dst_rkey != 0: the receiver's buffer, registered for placement
   uint64_t dst_rkey;  // 0: send the data in MsgData
+  // Non-zero (only when the MsgRts offered src_rkey): place just the first
+  // head_len bytes; the receiver reads the rest itself, then says MsgPulled.
+  uint64_t head_len;
 };
-static_assert(sizeof(MsgPull) == 40);
+static_assert(sizeof(MsgPull) == 48);
 
 struct MsgPlaced {
   MsgHeader h;   // req_id: the receiver's recv request

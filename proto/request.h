@@ -55,6 +55,12 @@ constexpr ReqId make_req_id(uint32_t gen, uint32_t idx) {
 constexpr uint32_t req_index(ReqId id) { return static_cast<uint32_t>(id); }
 constexpr uint32_t req_gen(ReqId id) { return static_cast<uint32_t>(id >> 32); }
 
+// A split rendezvous's word (Request::split): [generation:32][role:8][parts:8].
+inline constexpr uint8_t kSplitSend = 1, kSplitRecv = 2;
+constexpr uint64_t split_word(uint32_t gen, uint8_t role, uint8_t parts) {
+  return (static_cast<uint64_t>(gen) << 16) | (static_cast<uint64_t>(role) << 8) | parts;
+}
+
 enum class ReqKind : uint8_t {
   kPlain,
   kRead,
@@ -99,8 +105,32 @@ struct Request {
   // longer (the copy takes about that long; sleeping costs a wake-up).
   std::atomic<uint32_t> spin_extra_us{0};
   // kRecv placed by the sender: the registration of `out`, dropped at finish.
+  // kSendRndv offering a split: the registration of `send_buf` instead.
   transport::Transport* place_t = nullptr;
   transport::MemRegion place_mr{};
+  // A split rendezvous (msg/rndv_split.cc): [generation:32][role:8][parts:8],
+  // the parts still running. The one that ends the last part completes the
+  // request; the outcomes below are written before a part ends.
+  std::atomic<uint64_t> split{0};
+  Code split_local = Code::kOk;   // this side's copy (sender: its write; receiver: its read)
+  Code split_remote = Code::kOk;  // receiver: the sender's answer (MsgPlaced, MsgData)
+  bool split_withdrawn = false;   // receiver: the sender withdrew the message
+
+  /// True while generation `gen`'s split of `role` has parts running.
+  bool split_running(uint32_t gen, uint8_t role) const {
+    uint64_t w = split.load(std::memory_order_acquire);
+    return (w & ~uint64_t{0xff}) == split_word(gen, role, 0) && (w & 0xff) != 0;
+  }
+  /// Ends one part of generation `gen`'s split of `role`; true for the
+  /// caller that ended the last one (it completes the request). Outcomes
+  /// written before this are seen by that caller.
+  bool end_split_part(uint32_t gen, uint8_t role) {
+    uint64_t w = split.load(std::memory_order_acquire);
+    while ((w & ~uint64_t{0xff}) == split_word(gen, role, 0) && (w & 0xff) != 0) {
+      if (split.compare_exchange_weak(w, w - 1, std::memory_order_acq_rel)) return (w & 0xff) == 1;
+    }
+    return false;
+  }
 
   uint32_t state() const { return word_state(word.load(std::memory_order_acquire)); }
   bool done() const { return state() == kStDone; }

@@ -23,6 +23,7 @@ Result<ReqId> Engine::done_request(Status s) {
 }
 
 void Engine::release(Request* r) {
+  drop_placement(r);  // a request that never finished (unsent) may hold one
   r->bounce.reset();
   r->copy_dst.reset();
   if (r->admitted) sched_.retire(r->ticket);

@@ -44,7 +44,7 @@ constexpr Command kCommands[] = {
     {"transport", "NODE -> ok NAME WHY (LT_peer_transport: shm, rc, ud, tcp or self)",
      cmd_transport},
     {"stats",
-     "-> ok served=N malformed=N late=N ring_calls=N ring_replies=N "
+     "-> ok served=N malformed=N late=N ring_calls=N ring_replies=N split_recvs=N "
      "NAME:conns=N,qps=N,spare=N,regs=N,rexmit=N,cuts=N ... (LT_stats, one "
      "NAME: per transport)",
      cmd_stats},

@@ -64,6 +64,12 @@ struct Caps {  // read once per peer; values the device granted
   /// sender's stage instead where the transport also reads natively (shm:
   /// shm.cma_min_bytes); 0 places them all.
   uint64_t place_min_bytes = 0;
+  /// With placement and native reads of peer memory registered for
+  /// kRemoteRead (shm: process_vm_readv): a placed rendezvous of at least
+  /// this size is split, the receiver reading the second half from the
+  /// sender's buffer while the sender writes the first (two CPUs copy at
+  /// once; shm.split_min_bytes). 0: never split.
+  uint64_t split_min_bytes = 0;
   /// A one-sided op with an rkey this transport never issued (or of freed
   /// memory), or without the rights the region was made with, is refused at
   /// post (kBadHandle, kPerm) and the connection stays (shm: the rkey names

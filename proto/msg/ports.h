@@ -62,6 +62,7 @@ struct Unexpected {
   uint64_t len = 0;
   uint64_t sender_req = 0;
   uint64_t stage_rkey = 0, stage_off = 0;  // a staged rendezvous message
+  RndvSrc src_ref;                         // a rendezvous message the receiver may read in part
   MsgBytes data;
 };
 

@@ -102,15 +102,7 @@ void Engine::match_recv(Request* req, ReqId id) {
   if (u.stage_rkey != 0) {
     return deliver_staged(req, u.src, u.len, u.stage_rkey, u.stage_off, u.credit_now);
   }
-  req->spin_extra_us.store(rendezvous_spin_us(u.len), std::memory_order_relaxed);
-  MsgPull pull{make_header(MsgOp::kMsgPull, u.sender_req), id, 0, 0};
-  if (place) offer_placement(req, u.src, u.len, &pull);
-  // Publish the request's fields (and a registration) to whichever thread
-  // completes the receive (the answer may come through another process's
-  // shared memory, an edge TSan cannot see); an RMW, so a concurrent
-  // peer-down claim is kept.
-  req->word.fetch_or(0, std::memory_order_release);
-  send_pull(req, id, u.src, pull);
+  start_pull(req, id, u.src, u.sender_req, u.len, place, u.src_ref);
 }
 
 // Copies an eager message into a claimed receive and completes it.
@@ -162,6 +154,8 @@ void Engine::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byt
       return credits_.apply_msg(from, load<MsgCredit>(b).count);
     case MsgOp::kMsgStaged:
       return stage_.free(from, load<MsgStaged>(b).stage_off);
+    case MsgOp::kMsgPulled:
+      return serve_pulled(from, h);  // rndv_split.cc
     default:
       malformed_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -188,6 +182,7 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
       u.sender_req = h.req_id;
       u.stage_rkey = m.stage_rkey;
       u.stage_off = m.stage_off;
+      u.src_ref = {m.src_addr, m.src_rkey};
     } else {
       auto data = b.subspan(sizeof(MsgEager));
       u.len = data.size();
@@ -208,7 +203,7 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   if (m.stage_rkey != 0) {
     return deliver_staged(r, from, m.len, m.stage_rkey, m.stage_off, credit_now);
   }
-  pull_matched(r, from, h.req_id, m.len);  // rndv.cc
+  pull_matched(r, from, h.req_id, m.len, {m.src_addr, m.src_rkey});  // rndv.cc
 }
 
 }  // namespace lt::proto

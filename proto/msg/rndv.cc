@@ -49,27 +49,51 @@ void Engine::drop_placement(Request* r) {
   r->place_mr = {};
 }
 
-// Sends a receive's pull; a receive whose pull cannot go fails with why.
-void Engine::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
+// Sends a receive's pull; a receive whose pull cannot go fails with why
+// (false: the request may be gone).
+bool Engine::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
   Status s = send(to, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
-  if (s.is_ok()) return;
+  if (s.is_ok()) return true;
   // Unless a peer-down sweep failed it first (and its slot may be reused).
   if (req->move(req_gen(id), kStPlacing, kStClaimed)) finish(req, s);
+  return false;
 }
 
 // A rendezvous request matched a posted receive (claimed by the caller):
 // pull the data into it, or have the sender place it there.
-void Engine::pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len) {
+void Engine::pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len, RndvSrc src) {
   r->peer.store(from);
   uint64_t w = r->word.load();
-  ReqId recv_id = make_req_id(word_gen(w), r->idx);
-  MsgPull pull{make_header(MsgOp::kMsgPull, sender_req), recv_id, 0, 0};
-  r->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
-  if (can_place(from, len, r->out_len)) offer_placement(r, from, len, &pull);
   // PLACING, placed or pulled: the pull consumes the sender's message, so
   // the receive cannot be withdrawn until the data is in (match_recv).
   r->word.store((w & ~uint64_t{0xff}) | kStPlacing, std::memory_order_release);
-  send_pull(r, recv_id, from, pull);
+  start_pull(r, make_req_id(word_gen(w), r->idx), from, sender_req, len,
+             can_place(from, len, r->out_len), src);
+}
+
+// The pull of a PLACING receive: with placement the sender writes into the
+// buffer, and where it offered its own buffer (a split) we read the tail of
+// the message from it meanwhile.
+void Engine::start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, uint64_t len,
+                        bool place, RndvSrc src) {
+  r->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
+  MsgPull pull{make_header(MsgOp::kMsgPull, sender_req), id, 0, 0, 0};
+  if (place) offer_placement(r, from, len, &pull);
+  if (pull.dst_rkey != 0) pull.head_len = split_head(from, len, src);
+  std::byte* dst = r->out;  // before the pull: once it is out, another thread may finish r
+  if (pull.head_len != 0) {
+    r->split_local = r->split_remote = Code::kOk;
+    r->split_withdrawn = false;
+    r->split.store(split_word(req_gen(id), kSplitRecv, 2), std::memory_order_relaxed);
+  }
+  // Publish the request's fields (and a registration) to whichever thread
+  // completes the receive (the answer may come through another process's
+  // shared memory, an edge TSan cannot see); an RMW, so a concurrent
+  // peer-down claim is kept.
+  r->word.fetch_or(0, std::memory_order_release);
+  if (send_pull(r, id, from, pull) && pull.head_len != 0) {
+    read_split_tail(r, id, from, sender_req, dst, len, pull.head_len, src);  // rndv_split.cc
+  }
 }
 
 // The receiver is ready: send the rendezvous data, complete our send.
@@ -93,26 +117,35 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
     (void)send(from, &d, sizeof(d), nullptr, 0, default_deadline(), true);
     return;
   }
+  // Split: the receiver reads from the head on, and we end when it says so.
+  const bool split = q.head_len != 0 && q.dst_rkey != 0 && r->split_running(gen, kSplitSend);
+  if (!split) r->split.store(0, std::memory_order_relaxed);  // nobody reads our buffer
+  Status s;
+  bool sent = false;
   if (q.dst_rkey != 0) {
     // Single copy: write into the receiver's buffer, then say so (the
     // transport delivers MsgPlaced after the written bytes).
-    bool wrote = false;
-    Status ws = place_write(from, r, q, &wrote);
-    if (wrote || ws.code() == Code::kPeerDown) return finish(r, ws);
+    s = place_write(from, r, q, split ? std::min(q.head_len, r->out_len) : r->out_len, &sent);
     // Refused (a ptrace policy may forbid cross-memory attach): send the bytes.
-    LT_DEBUG("placement to node %u refused (%s); sending the data", from, ws.text());
+    if (!sent && s.code() != Code::kPeerDown) {
+      LT_DEBUG("placement to node %u refused (%s); sending the data", from, s.text());
+    }
   }
-  MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id);
-  if (credits_.msg_credit_now()) d.flags |= kFlagCreditNow;  // at the tenant's cap: see credits.h
-  finish(r, send(from, &d, sizeof(d), r->send_buf, r->out_len, default_deadline(), true));
+  if (!sent && s.code() != Code::kPeerDown) {
+    MsgHeader d = make_header(MsgOp::kMsgData, q.recv_id);
+    if (credits_.msg_credit_now()) d.flags |= kFlagCreditNow;  // at the tenant's cap: credits.h
+    s = send(from, &d, sizeof(d), r->send_buf, r->out_len, default_deadline(), true);
+  }
+  if (split && s.code() != Code::kPeerDown) return end_split_send(r, gen, s);
+  finish(r, s);
 }
 
 // The sender's side of placement: one kWrite of the message into the
 // receiver's registered buffer and its MsgPlaced, posted together (one
 // system call on tcp, and the notice rides in the write's last segment).
 // *wrote: the write went, so the send's outcome is this status.
-Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, bool* wrote) {
-  if (r->out_len > UINT32_MAX) return Code::kInvalidArg;
+Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, uint64_t bytes, bool* wrote) {
+  if (bytes > UINT32_MAX) return Code::kInvalidArg;
   EndpointRef ep;
   Deadline d = default_deadline();
   LT_RETURN_IF_ERROR(endpoint(to, d, &ep));
@@ -122,7 +155,7 @@ Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, bool* wrote)
   wrs[0].op = transport::Op::kWrite;
   wrs[0].flags = transport::kWrMustQueue;
   wrs[0].num_sge = 1;
-  wrs[0].sge[0] = {r->send_buf, static_cast<uint32_t>(r->out_len), 0};
+  wrs[0].sge[0] = {r->send_buf, static_cast<uint32_t>(bytes), 0};
   wrs[0].remote = {q.dst_addr, q.dst_rkey};
   wrs[1].op = transport::Op::kSend;
   wrs[1].flags = transport::kWrMustQueue;

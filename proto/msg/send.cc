@@ -68,7 +68,7 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
     }
   }
   if (no_request) return Code::kUnsupported;  // goes by the pull: the caller uses send_async
-  return send_rndv(node, port, buf, len, credit);
+  return send_rndv(node, via, port, buf, len, credit);
 }
 
 // A message complete at its post has nothing to wait for, so it takes no
@@ -123,8 +123,14 @@ Result<ReqId> Engine::send_staged(NodeId node, transport::Endpoint* ep, uint32_t
     return s;
   }
   std::memcpy(stage_.base() + stage_off, buf, len);
-  MsgRts m{
-      credit.header(MsgOp::kMsgRts, 0), port, credit.take_owed(), len, stage_.rkey(), stage_off};
+  MsgRts m{credit.header(MsgOp::kMsgRts, 0),
+           port,
+           credit.take_owed(),
+           len,
+           stage_.rkey(),
+           stage_off,
+           0,
+           0};
   Status s = send_on(node, ep, &m, sizeof(m), nullptr, 0, default_deadline(), false);
   if (!s.is_ok()) {
     stage_.free(node, stage_off);
@@ -136,15 +142,16 @@ Result<ReqId> Engine::send_staged(NodeId node, transport::Endpoint* ep, uint32_t
 
 // Rendezvous: the request waits for the receiver's pull (rndv.cc), and the
 // buffer stays the caller's until it completes.
-Result<ReqId> Engine::send_rndv(NodeId node, uint32_t port, const void* buf, size_t len,
-                                MsgCreditGuard& credit) {
+Result<ReqId> Engine::send_rndv(NodeId node, transport::Transport* via, uint32_t port,
+                                const void* buf, size_t len, MsgCreditGuard& credit) {
   ReqId id = 0;
   auto r = alloc_request(ReqKind::kSendRndv, node, &id, len);
   if (!r) return r.status();
   (*r)->send_buf = static_cast<const std::byte*>(buf);
   (*r)->out_len = len;
   (*r)->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
-  MsgRts m{credit.header(MsgOp::kMsgRts, id), port, credit.take_owed(), len, 0, 0};
+  MsgRts m{credit.header(MsgOp::kMsgRts, id), port, credit.take_owed(), len, 0, 0, 0, 0};
+  offer_split(*r, via, req_gen(id), &m);  // rndv_split.cc
   LT_RETURN_IF_ERROR(send_request(*r, node, &m, sizeof(m), nullptr, 0));
   credit.sent();
   return id;

@@ -97,11 +97,16 @@ void msg_seeds() {
                     static_cast<uint32_t>(AtomicKind::kFetchAdd), 0}));
   put("msg", "rpc-req", raw(RpcReq{h(MsgOp::kRpcReq), 7, 3}) + "request");
   put("msg", "msg-eager", raw(MsgEager{h(MsgOp::kMsgEager, 0), 5, 2}) + "payload");
-  put("msg", "msg-rts", raw(MsgRts{h(MsgOp::kMsgRts), 5, 0, 1 << 20, 0, 0}));
-  put("msg", "msg-rts-staged", raw(MsgRts{h(MsgOp::kMsgRts), 5, 1, 4096, 0x77, 4096}));
-  put("msg", "msg-pull", raw(MsgPull{h(MsgOp::kMsgPull), 0x300000004ull, 0, 0}));
+  put("msg", "msg-rts", raw(MsgRts{h(MsgOp::kMsgRts), 5, 0, 1 << 20, 0, 0, 0, 0}));
+  put("msg", "msg-rts-split",
+      raw(MsgRts{h(MsgOp::kMsgRts), 5, 0, 1 << 20, 0, 0, 0x7f0000200000ull, 0x54321}));
+  put("msg", "msg-rts-staged", raw(MsgRts{h(MsgOp::kMsgRts), 5, 1, 4096, 0x77, 4096, 0, 0}));
+  put("msg", "msg-pull", raw(MsgPull{h(MsgOp::kMsgPull), 0x300000004ull, 0, 0, 0}));
   put("msg", "msg-pull-placed",
-      raw(MsgPull{h(MsgOp::kMsgPull), 0x300000004ull, 0x7f0000001000ull, 0x12345}));
+      raw(MsgPull{h(MsgOp::kMsgPull), 0x300000004ull, 0x7f0000001000ull, 0x12345, 0}));
+  put("msg", "msg-pull-split",
+      raw(MsgPull{h(MsgOp::kMsgPull), 0x300000004ull, 0x7f0000001000ull, 0x12345, 1 << 19}));
+  put("msg", "msg-pulled", raw(h(MsgOp::kMsgPulled)));
   put("msg", "msg-credit", raw(MsgCredit{h(MsgOp::kMsgCredit, 0), 3, 0}));
   put("msg", "msg-staged", raw(MsgStaged{h(MsgOp::kMsgStaged, 0), 4096}));
   put("msg", "rpc-ring-req", raw(RpcRingMsg{h(MsgOp::kRpcRingReq, 0), 0x1234, 32, 4096}));

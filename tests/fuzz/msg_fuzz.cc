@@ -68,6 +68,9 @@ bool shape(uint8_t op, Shape* s) {
     case MsgOp::kMsgStaged:
       *s = {sizeof(MsgStaged), false};
       return true;
+    case MsgOp::kMsgPulled:
+      *s = {sizeof(MsgHeader), false};
+      return true;
     case MsgOp::kRpcRingReq:
     case MsgOp::kRpcRingOffer:
       *s = {sizeof(RpcRingMsg), false};
@@ -180,6 +183,7 @@ void views(const MsgHeader& h, std::span<const std::byte> b) {
     case MsgOp::kReply:
     case MsgOp::kRpcReply:
     case MsgOp::kMsgData:
+    case MsgOp::kMsgPulled:
       view<MsgHeader>(b);
       break;
     case MsgOp::kAllocReply:

@@ -74,6 +74,62 @@ TEST(ShmStage, MessagesBelowCmaMinAreStagedLargerOnesPlaced) {
   EXPECT_EQ(a->read_line(30000), "ok");
 }
 
+// The split_recvs counter of a node's stats reply; -1 when missing.
+long long split_recvs(Proc* p) {
+  const std::string st = p->cmd("stats");
+  const size_t at = st.find(" split_recvs=");
+  return at == std::string::npos ? -1 : std::atoll(st.c_str() + at + 13);
+}
+
+// Over shm a placed message of at least shm.split_min_bytes is copied by
+// both ends: the sender places the first half while the receiver reads the
+// second from the sender's buffer. Every byte arrives, in order; only the
+// receiver's count of split messages moves, and only for senders that offer
+// a split. A sender that withdraws a message (its send timed out) after the
+// receive began reading it loses nothing: the receive takes the next one.
+TEST(ShmSplit, BothEndsCopyALargeMessageAndItArrivesWhole) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  Proc* a = cluster.add_node({"LTIER_OP_TIMEOUT_MS=400", "LTIER_SHM_SPLIT_MIN_BYTES=262144"});
+  Proc* b = cluster.add_node({"LTIER_SHM_SPLIT_MIN_BYTES=262144"});
+  Proc* c = cluster.add_node({"LTIER_SHM_SPLIT_MIN_BYTES=0"});
+  ASSERT_TRUE(a && b && c);
+  const std::string ib = id_of(b);
+  ASSERT_EQ(a->cmd("transport " + ib).rfind("ok shm", 0), 0u);
+  ASSERT_EQ(c->cmd("transport " + ib).rfind("ok shm", 0), 0u);
+  // A first message from a new peer arrives before the receiver has its own
+  // endpoint to that peer, so it is pulled by message: one each first.
+  for (Proc* p : {a, c}) {
+    ASSERT_TRUE(p->send("send_seq " + ib + " 19 1 1048576"));
+    EXPECT_EQ(b->cmd("recv_seq 19 1 1048576", 30000), "ok");
+    EXPECT_EQ(p->read_line(30000), "ok");
+  }
+  const long long base = split_recvs(b);
+  ASSERT_GE(base, 0);
+  ASSERT_TRUE(a->send("send_seq " + ib + " 20 3 1048576"));
+  EXPECT_EQ(b->cmd("recv_seq 20 3 1048576", 30000), "ok");
+  EXPECT_EQ(a->read_line(30000), "ok");
+  if (split_recvs(b) == base) GTEST_SKIP() << "no cross-memory attach here: nothing is split";
+  EXPECT_EQ(split_recvs(b), base + 3);
+  // An odd size: the head is whole pages, the tail the rest.
+  ASSERT_TRUE(a->send("send_seq " + ib + " 21 2 1234567"));
+  EXPECT_EQ(b->cmd("recv_seq 21 2 1234567", 30000), "ok");
+  EXPECT_EQ(a->read_line(30000), "ok");
+  // c offers no split (its shm.split_min_bytes is 0): placed whole.
+  ASSERT_TRUE(c->send("send_seq " + ib + " 22 2 1048576"));
+  EXPECT_EQ(b->cmd("recv_seq 22 2 1048576", 30000), "ok");
+  EXPECT_EQ(c->read_line(30000), "ok");
+  EXPECT_EQ(split_recvs(b), base + 3 + 2);
+  // Withdrawn: nobody receives until a's send has timed out; the receive
+  // then pulls (and starts reading) a message its sender gave up on.
+  const std::string gone = a->cmd("send_seq " + ib + " 23 1 1048576", 30000);
+  EXPECT_EQ(gone.rfind("err LT_ERR_TIMEDOUT", 0), 0u) << gone;
+  EXPECT_EQ(b->cmd("recv 23 1048576 500", 30000), "err LT_ERR_TIMEDOUT");
+  ASSERT_TRUE(a->send("send_seq " + ib + " 23 2 1048576"));
+  EXPECT_EQ(b->cmd("recv_seq 23 2 1048576", 30000), "ok");
+  EXPECT_EQ(a->read_line(30000), "ok");
+}
+
 // A receive matched to a rendezvous message that it pulls (shm without
 // placement or stage; tcp when the message is larger than the buffer) waits
 // for the data past its timeout: the pull has consumed the sender's message,

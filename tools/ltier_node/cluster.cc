@@ -27,7 +27,8 @@ std::string cmd_stats(lt_engine_t* e, Args&) {
   std::string s =
       "ok served=" + std::to_string(st.served) + " malformed=" + std::to_string(st.malformed) +
       " late=" + std::to_string(st.late_replies) + " ring_calls=" + std::to_string(st.ring_calls) +
-      " ring_replies=" + std::to_string(st.ring_replies);
+      " ring_replies=" + std::to_string(st.ring_replies) +
+      " split_recvs=" + std::to_string(st.split_recvs);
   for (uint32_t i = 0; i < st.num_transports; ++i) {
     const lt_transport_stats_t& t = st.transports[i];
     s += std::string(" ") + t.name + ":conns=" + std::to_string(t.connections) +

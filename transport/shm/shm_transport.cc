@@ -52,6 +52,7 @@ Status ShmTransport::init() {
     if (::process_vm_readv(::getpid(), &l, 1, &rr, 1, 0) == sizeof(dst) && dst == src) {
       caps_.placement = true;
       caps_.place_min_bytes = config_.cma_min_bytes;
+      caps_.split_min_bytes = config_.split_min_bytes;
     } else {
       LT_DEBUG("shm: no cross-memory attach (%s); large messages are staged", strerror(errno));
     }

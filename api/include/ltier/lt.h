@@ -355,6 +355,9 @@ typedef struct lt_stats {
   uint64_t ring_calls;   /* RPCs this node wrote into a server's ring (rc: one RDMA
                             WRITE_WITH_IMM each, LITE's path); others went as messages */
   uint64_t ring_replies; /* replies this node wrote into a caller's reply ring */
+  uint64_t split_recvs;  /* rendezvous messages this node received split: it read the second
+                            half from the sender's buffer while the sender placed the first
+                            (shm, shm.split_min_bytes) */
   uint32_t num_transports;
   lt_transport_stats_t transports[LT_MAX_TRANSPORTS];
 } lt_stats_t;

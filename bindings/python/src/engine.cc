@@ -120,6 +120,7 @@ py::dict stats(EngineState& s) {
   d["late_replies"] = st.late_replies;
   d["ring_calls"] = st.ring_calls;
   d["ring_replies"] = st.ring_replies;
+  d["split_recvs"] = st.split_recvs;
   py::list ts;
   for (uint32_t i = 0; i < st.num_transports && i < LT_MAX_TRANSPORTS; ++i) {
     const auto& t = st.transports[i];

@@ -36,6 +36,7 @@ const Shape kShapes[] = {
     {MsgOp::kMsgPull, sizeof(MsgPull), false},
     {MsgOp::kMsgCredit, sizeof(MsgCredit), false},
     {MsgOp::kMsgStaged, sizeof(MsgStaged), false},
+    {MsgOp::kMsgPulled, sizeof(MsgHeader), false},
     {MsgOp::kMsgPlaced, sizeof(MsgPlaced), false},
     {MsgOp::kMsgData, sizeof(MsgHeader), true},
     {MsgOp::kAtomicReply, sizeof(AtomicReply), false},
@@ -113,7 +114,7 @@ TEST(MsgTest, TailOpsAcceptTail) {
 }
 
 TEST(MsgTest, BadVersionIsMalformed) {
-  for (uint8_t v : {0, 2, 255}) {
+  for (uint8_t v : {0, kProtoVersion - 1, kProtoVersion + 1, 255}) {
     MsgHeader h = make_header(MsgOp::kAllocReq, 1);
     h.version = v;
     MsgHeader out{};
