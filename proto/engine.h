@@ -457,7 +457,7 @@ class Engine {
   void drop_placement(Request* r);
   bool send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull);
   void pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len, RndvSrc src);
-  void start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, uint64_t len, bool place,
+  void start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, uint64_t len,
                   RndvSrc src);
   void serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
   Status place_write(NodeId to, Request* r, const MsgPull& q, uint64_t bytes, bool* wrote);

@@ -73,7 +73,7 @@ Result<Request*> Engine::receive_request(ReqKind kind, uint32_t port, void* buf,
 // pulled from its sender (the receive then waits on that node).
 void Engine::match_recv(Request* req, ReqId id) {
   Unexpected u;
-  bool place = false, credit_due = false;
+  bool credit_due = false;
   {
     std::lock_guard<SpinLock> g(client_.ports.mutex());
     Port* p = &client_.ports.get_locked(req->msg_port);
@@ -88,7 +88,6 @@ void Engine::match_recv(Request* req, ReqId id) {
     // consumed the sender's message. Its peer is set first, so a peer loss
     // finds it.
     const bool pulls = f.rts && f.stage_rkey == 0;
-    place = pulls && can_place(f.src, f.len, req->out_len);
     if (pulls) req->peer.store(f.src);
     if (!req->move(req_gen(id), kStPending, pulls ? kStPlacing : kStClaimed)) return;
     u = client_.ports.take_locked(*p);
@@ -102,7 +101,7 @@ void Engine::match_recv(Request* req, ReqId id) {
   if (u.stage_rkey != 0) {
     return deliver_staged(req, u.src, u.len, u.stage_rkey, u.stage_off, u.credit_now);
   }
-  start_pull(req, id, u.src, u.sender_req, u.len, place, u.src_ref);
+  start_pull(req, id, u.src, u.sender_req, u.len, u.src_ref);
 }
 
 // Copies an eager message into a claimed receive and completes it.

@@ -67,17 +67,23 @@ void Engine::pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t
   // PLACING, placed or pulled: the pull consumes the sender's message, so
   // the receive cannot be withdrawn until the data is in (match_recv).
   r->word.store((w & ~uint64_t{0xff}) | kStPlacing, std::memory_order_release);
-  start_pull(r, make_req_id(word_gen(w), r->idx), from, sender_req, len,
-             can_place(from, len, r->out_len), src);
+  start_pull(r, make_req_id(word_gen(w), r->idx), from, sender_req, len, src);
 }
 
 // The pull of a PLACING receive: with placement the sender writes into the
 // buffer, and where it offered its own buffer (a split) we read the tail of
-// the message from it meanwhile.
+// the message from it meanwhile. The endpoint comes first: a sender whose
+// message is the first contact between the two has no transport here until
+// then, and its message would be pulled through the connection instead.
 void Engine::start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, uint64_t len,
-                        bool place, RndvSrc src) {
+                        RndvSrc src) {
   r->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
   MsgPull pull{make_header(MsgOp::kMsgPull, sender_req), id, 0, 0, 0};
+  bool place = false;
+  {
+    EndpointRef ep;
+    if (endpoint(from, default_deadline(), &ep).is_ok()) place = can_place(from, len, r->out_len);
+  }
   if (place) offer_placement(r, from, len, &pull);
   if (pull.dst_rkey != 0) pull.head_len = split_head(from, len, src);
   std::byte* dst = r->out;  // before the pull: once it is out, another thread may finish r
