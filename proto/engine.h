@@ -7,7 +7,9 @@
 // declares it, and each part lives in its own file, named in the private
 // section below. The state of each concern is a small class that owns its
 // lock (RequestTable, PortTable, Credits, StageAllocator, RpcRegistry,
-// LmrStore, HandleTable, PeerTable, TransportSet).
+// LmrStore, HandleTable, PeerTable, TransportSet). Being that index, with
+// each part's members declared under its file's name, this header runs past
+// the 500 lines the other files keep to.
 //
 // Threading: all public methods are thread-safe. Progress (polling the
 // transports and serving incoming requests) is done by whichever thread holds
@@ -455,7 +457,8 @@ class Engine {
   bool can_place(NodeId from, uint64_t len, uint64_t cap) const;
   void offer_placement(Request* req, NodeId from, uint64_t len, MsgPull* pull);
   void drop_placement(Request* r);
-  bool send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull);
+  // ep: the endpoint to `to` the caller holds, or null (looked up here).
+  bool send_pull(Request* req, ReqId id, NodeId to, transport::Endpoint* ep, const MsgPull& pull);
   void pull_matched(Request* r, NodeId from, uint64_t sender_req, uint64_t len, RndvSrc src);
   void start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, uint64_t len,
                   RndvSrc src);

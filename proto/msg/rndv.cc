@@ -51,8 +51,11 @@ void Engine::drop_placement(Request* r) {
 
 // Sends a receive's pull; a receive whose pull cannot go fails with why
 // (false: the request may be gone).
-bool Engine::send_pull(Request* req, ReqId id, NodeId to, const MsgPull& pull) {
-  Status s = send(to, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
+bool Engine::send_pull(Request* req, ReqId id, NodeId to, transport::Endpoint* ep,
+                       const MsgPull& pull) {
+  Status s = ep != nullptr
+                 ? send_on(to, ep, &pull, sizeof(pull), nullptr, 0, default_deadline(), true)
+                 : send(to, &pull, sizeof(pull), nullptr, 0, default_deadline(), true);
   if (s.is_ok()) return true;
   // Unless a peer-down sweep failed it first (and its slot may be reused).
   if (req->move(req_gen(id), kStPlacing, kStClaimed)) finish(req, s);
@@ -79,25 +82,26 @@ void Engine::start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, 
                         RndvSrc src) {
   r->spin_extra_us.store(rendezvous_spin_us(len), std::memory_order_relaxed);
   MsgPull pull{make_header(MsgOp::kMsgPull, sender_req), id, 0, 0, 0};
-  bool place = false;
-  {
-    EndpointRef ep;
-    if (endpoint(from, default_deadline(), &ep).is_ok()) place = can_place(from, len, r->out_len);
-  }
-  if (place) offer_placement(r, from, len, &pull);
-  if (pull.dst_rkey != 0) pull.head_len = split_head(from, len, src);
   std::byte* dst = r->out;  // before the pull: once it is out, another thread may finish r
-  if (pull.head_len != 0) {
-    r->split_local = r->split_remote = Code::kOk;
-    r->split_withdrawn = false;
-    r->split.store(split_word(req_gen(id), kSplitRecv, 2), std::memory_order_relaxed);
+  bool sent = false;
+  {
+    EndpointRef ep;  // held until the pull is out: its post needs no second lookup
+    const bool have_ep = endpoint(from, default_deadline(), &ep).is_ok();
+    if (have_ep && can_place(from, len, r->out_len)) offer_placement(r, from, len, &pull);
+    if (pull.dst_rkey != 0) pull.head_len = split_head(from, len, src);
+    if (pull.head_len != 0) {
+      r->split_local = r->split_remote = Code::kOk;
+      r->split_withdrawn = false;
+      r->split.store(split_word(req_gen(id), kSplitRecv, 2), std::memory_order_relaxed);
+    }
+    // Publish the request's fields (and a registration) to whichever thread
+    // completes the receive (the answer may come through another process's
+    // shared memory, an edge TSan cannot see); an RMW, so a concurrent
+    // peer-down claim is kept.
+    r->word.fetch_or(0, std::memory_order_release);
+    sent = send_pull(r, id, from, have_ep ? ep.get() : nullptr, pull);
   }
-  // Publish the request's fields (and a registration) to whichever thread
-  // completes the receive (the answer may come through another process's
-  // shared memory, an edge TSan cannot see); an RMW, so a concurrent
-  // peer-down claim is kept.
-  r->word.fetch_or(0, std::memory_order_release);
-  if (send_pull(r, id, from, pull) && pull.head_len != 0) {
+  if (sent && pull.head_len != 0) {
     read_split_tail(r, id, from, sender_req, dst, len, pull.head_len, src);  // rndv_split.cc
   }
 }
