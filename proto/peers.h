@@ -12,6 +12,8 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
+#include <cassert>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -38,12 +40,14 @@ class EndpointRef {
 
 class PeerTable {
  public:
-  /// `slots` entries, indexed by node_slot(id): the manager never gives a
+  /// `slots` entries (a power of two), indexed by node_slot(id): the manager never gives a
   /// slot to a new node while another member holds it, and a new node in a
   /// slot has a higher id (a later generation) than every earlier one.
-  explicit PeerTable(NodeId slots) : max_(slots), slots_(new Slot[slots]) {}
+  explicit PeerTable(NodeId slots) : mask_(slots - 1), slots_(new Slot[slots]) {
+    assert(std::has_single_bit(slots));  // a mask, not a division, per lookup
+  }
 
-  bool valid(NodeId p) const { return p % max_ != 0; }
+  bool valid(NodeId p) const { return (p & mask_) != 0; }
   /// Whether `p` holds its slot (else an older node does, or a newer one).
   bool owns(NodeId p) const { return at(p).id.load(std::memory_order_acquire) == p; }
   /// The cached endpoint to `p` while its connection lives, else null. Call
@@ -159,10 +163,10 @@ class PeerTable {
     Quiescence::Snapshot inside;  // the sections that may hold it
   };
   void retire_locked(Slot& s);
-  Slot& at(NodeId p) { return slots_[p % max_]; }
-  const Slot& at(NodeId p) const { return slots_[p % max_]; }
+  Slot& at(NodeId p) { return slots_[p & mask_]; }
+  const Slot& at(NodeId p) const { return slots_[p & mask_]; }
 
-  const NodeId max_;
+  const NodeId mask_;  // slots - 1
   std::unique_ptr<Slot[]> slots_;
   std::mutex connect_mu_;
   mutable std::mutex retired_mu_;  // guards retired_ and Slot::owned on retire()

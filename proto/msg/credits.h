@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cassert>
 #include <cstdint>
 #include <memory>
 
@@ -41,15 +43,17 @@ class Credits {
  public:
   /// `msg_credits` unconsumed messages per (sender, receiver) pair and
   /// `rpc_slots` outstanding calls per (client, server), for `max_nodes`
-  /// node slots (node_slot(id)). A slot's counts belong to the node that
+  /// node slots (a power of two; node_slot(id)). A slot's counts belong to the node that
   /// holds it (rekey()); calls naming another node change nothing (take_*
   /// refuse).
   Credits(uint32_t msg_credits, uint32_t rpc_slots, NodeId max_nodes)
       : msg_limit_(static_cast<int32_t>(msg_credits)),
         rpc_limit_(static_cast<int32_t>(rpc_slots)),
         batch_(std::max<int32_t>(1, static_cast<int32_t>(msg_credits / 4))),
-        max_nodes_(max_nodes),
-        peers_(new Peer[max_nodes]) {}
+        slot_mask_(max_nodes - 1),
+        peers_(new Peer[max_nodes]) {
+    assert(std::has_single_bit(max_nodes));  // a mask, not a division, per lookup
+  }
 
   /// The tenant's caps on credits held over all peers (0: none). Set at
   /// join, before any traffic.
@@ -223,8 +227,8 @@ class Credits {
   /// `node` takes its slot over from an older node: everything starts from
   /// zero. Callers serialize as for count_consumed().
   void rekey(NodeId node) {
-    if (node % max_nodes_ == 0) return;
-    Peer& p = peers_[node % max_nodes_];
+    if ((node & slot_mask_) == 0) return;
+    Peer& p = peers_[node & slot_mask_];
     p.id.store(0, std::memory_order_seq_cst);  // nobody's while it is cleared
     forget_held(p);
     p.consumed.store(0, std::memory_order_relaxed);
@@ -284,8 +288,8 @@ class Credits {
     std::atomic<uint32_t> credited{0};
   };
   Peer* at(NodeId node) {
-    Peer& p = peers_[node % max_nodes_];
-    return node % max_nodes_ != 0 && p.id.load(std::memory_order_relaxed) == node ? &p : nullptr;
+    Peer& p = peers_[node & slot_mask_];
+    return (node & slot_mask_) != 0 && p.id.load(std::memory_order_relaxed) == node ? &p : nullptr;
   }
   /// One count went down (its compare-exchange was seq_cst): watchers see
   /// the epoch move; without watchers nothing is bumped (a locked
@@ -305,7 +309,7 @@ class Credits {
   const int32_t msg_limit_, rpc_limit_, batch_;
   int32_t msg_quota_ = 0, rpc_quota_ = 0;             // set_quotas(); 0: no cap
   std::atomic<int32_t> msg_total_{0}, rpc_total_{0};  // held over all peers, under a cap
-  const NodeId max_nodes_;
+  const NodeId slot_mask_;                            // node slots - 1 (a power of two)
   std::unique_ptr<Peer[]> peers_;
   std::atomic<uint32_t> seq_{0}, sleepers_{0}, watchers_{0};
 };

@@ -14,7 +14,7 @@ using transport::MemRegion;
 using transport::WorkRequest;
 
 RingSide& RpcRings::get(std::unique_ptr<Ptr[]>& t, transport::NodeId node) {
-  Ptr& p = t[node % max_];
+  Ptr& p = t[node & mask_];
   if (RingSide* s = p.load(std::memory_order_acquire)) return *s;
   std::lock_guard<std::mutex> g(make_mu_);
   if (RingSide* s = p.load(std::memory_order_acquire)) return *s;

@@ -29,6 +29,8 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -79,8 +81,11 @@ struct RingSide {
 /// The rings of every peer, as client (out) and as server (in).
 class RpcRings {
  public:
+  /// `slots`: a power of two (a mask, not a division, per lookup).
   explicit RpcRings(transport::NodeId slots)
-      : max_(slots), out_(new Ptr[slots]), in_(new Ptr[slots]) {}
+      : mask_(slots - 1), out_(new Ptr[slots]), in_(new Ptr[slots]) {
+    assert(std::has_single_bit(slots));
+  }
 
   /// The side for `node`, made on first use; never null.
   RingSide& out(transport::NodeId node) { return get(out_, node); }
@@ -98,9 +103,9 @@ class RpcRings {
   using Ptr = std::atomic<RingSide*>;
   RingSide& get(std::unique_ptr<Ptr[]>& t, transport::NodeId node);
   RingSide* find(const std::unique_ptr<Ptr[]>& t, transport::NodeId node) const {
-    return t[node % max_].load(std::memory_order_acquire);
+    return t[node & mask_].load(std::memory_order_acquire);
   }
-  const transport::NodeId max_;
+  const transport::NodeId mask_;
   std::unique_ptr<Ptr[]> out_, in_;
   std::mutex make_mu_;
   std::vector<std::unique_ptr<RingSide>> owned_;
