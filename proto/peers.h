@@ -40,9 +40,10 @@ class EndpointRef {
 
 class PeerTable {
  public:
-  /// `slots` entries (a power of two), indexed by node_slot(id): the manager never gives a
-  /// slot to a new node while another member holds it, and a new node in a
-  /// slot has a higher id (a later generation) than every earlier one.
+  /// `slots` entries (a power of two), indexed by node_slot(id): the
+  /// manager never gives a slot to a new node while another member holds
+  /// it, and a new node in a slot has a higher id (a later generation) than
+  /// every earlier one.
   explicit PeerTable(NodeId slots) : mask_(slots - 1), slots_(new Slot[slots]) {
     assert(std::has_single_bit(slots));  // a mask, not a division, per lookup
   }

@@ -43,9 +43,9 @@ class Credits {
  public:
   /// `msg_credits` unconsumed messages per (sender, receiver) pair and
   /// `rpc_slots` outstanding calls per (client, server), for `max_nodes`
-  /// node slots (a power of two; node_slot(id)). A slot's counts belong to the node that
-  /// holds it (rekey()); calls naming another node change nothing (take_*
-  /// refuse).
+  /// node slots (a power of two; node_slot(id)). A slot's counts belong to
+  /// the node that holds it (rekey()); calls naming another node change
+  /// nothing (take_* refuse).
   Credits(uint32_t msg_credits, uint32_t rpc_slots, NodeId max_nodes)
       : msg_limit_(static_cast<int32_t>(msg_credits)),
         rpc_limit_(static_cast<int32_t>(rpc_slots)),
