@@ -117,7 +117,7 @@ TEST(ShmSplit, BothEndsCopyALargeMessageAndItArrivesWhole) {
   EXPECT_EQ(b->cmd("recv_seq 22 2 1048576", 30000), "ok");
   EXPECT_EQ(c->read_line(30000), "ok");
   EXPECT_EQ(split_recvs(b), base + 3 + 2);
-  // Withdrawn: nobody receives until a's send has timed out; the receive
+  // Withdrawn: nobody receives until d's send has timed out; the receive
   // then pulls (and starts reading) a message its sender gave up on.
   const std::string gone = d->cmd("send_seq " + ib + " 23 1 1048576", 30000);
   EXPECT_EQ(gone.rfind("err LT_ERR_TIMEDOUT", 0), 0u) << gone;
