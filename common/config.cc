@@ -207,8 +207,8 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "RPC credits: calls one client may have outstanding at one server (at least 1)", K::kU32,
        &c.engine.rpc_ring_slots},
       {"engine.msg_credits", "LTIER_MSG_CREDITS",
-       "LT_send: messages a sender may have unconsumed at one receiver (bounds its store; at "
-       "least 1)",
+       "LT_send: messages a sender may have unconsumed at one receiver, a quarter of them for "
+       "messages above 1 KiB (bounds its store; at least 1)",
        K::kU32, &c.engine.msg_credits},
       {"engine.rpc_workers", "LTIER_RPC_WORKERS",
        "threads that run RPC handlers; 0 runs them on the progress thread (handlers must then "

@@ -108,7 +108,7 @@ struct EngineConfig {
   uint32_t max_outstanding = 4096;      // request slots per engine
   uint64_t max_lmr_bytes = 1ull << 34;  // largest single LT_malloc served by this node
   uint32_t rpc_ring_slots = 1024;       // RPC calls a client may have outstanding at one server
-  uint32_t msg_credits = 64;            // messages a sender may have unconsumed at one receiver
+  uint32_t msg_credits = 256;           // messages a sender may leave unconsumed at one receiver
   uint32_t rpc_workers = 0;             // handler threads; 0 runs handlers on the progress thread
 };
 

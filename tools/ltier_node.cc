@@ -159,8 +159,8 @@ constexpr Command kCommands[] = {
      "per-sender order)",
      cmd_recv_seq},
     {"send_async_n",
-     "NODE PORT COUNT -> ok SENT [again] (8-byte LT_send_async until COUNT or LT_ERR_AGAIN, then "
-     "waits for them)",
+     "NODE PORT COUNT [SIZE] -> ok SENT [again] (SIZE-byte, default 8, LT_send_async until COUNT "
+     "or LT_ERR_AGAIN, then waits for them)",
      cmd_send_async_n},
     {"send_threads", "NODE PORT THREADS COUNT -> ok (THREADS x COUNT 8-byte LT_send)",
      cmd_send_threads},

@@ -5,7 +5,17 @@
 // the receiver's store of unexpected messages stays bounded: a sender takes
 // one per message (msg_in_flight) and the receiver gives them back as it
 // consumes, piggybacked on its next message to the sender (take_owed) or in
-// a MsgCredit once a quarter of them are owed. RPC credits bound the calls
+// a MsgCredit once a batch of them is owed.
+//
+// What a receiver stores is bytes, so small messages get more room: all
+// msg_credits may be in flight while the message being sent is small
+// (kSmallMsgBytes at most), but a larger one goes only while fewer than a
+// quarter of them are (big_limit). The store then holds at most big_limit
+// messages of any size plus small ones, and a stream of small messages keeps
+// the receiver's backlog deep enough that it takes several per progress
+// pass. The batch is a quarter of big_limit, so a stream of large messages
+// gets credits back before its sender stalls. Every node derives both from
+// its engine.msg_credits, which the nodes of a cluster share. RPC credits bound the calls
 // outstanding at one server (its ring for us); a reply returns one.
 //
 // A tenant may also cap the credits it holds over all peers together
@@ -48,8 +58,9 @@ class Credits {
   /// nothing (take_* refuse).
   Credits(uint32_t msg_credits, uint32_t rpc_slots, NodeId max_nodes)
       : msg_limit_(static_cast<int32_t>(msg_credits)),
+        big_limit_(std::max<int32_t>(1, static_cast<int32_t>(msg_credits / 4))),
         rpc_limit_(static_cast<int32_t>(rpc_slots)),
-        batch_(std::max<int32_t>(1, static_cast<int32_t>(msg_credits / 4))),
+        batch_(std::max<int32_t>(1, big_limit_ / 4)),
         slot_mask_(max_nodes - 1),
         peers_(new Peer[max_nodes]) {
     assert(std::has_single_bit(max_nodes));  // a mask, not a division, per lookup
@@ -64,12 +75,15 @@ class Credits {
 
   // ---- sender side
 
-  /// One message credit towards `node`: kOk, kNoResource (nothing taken)
-  /// when the peer's are all in use, kQuota when the tenant's cap is
-  /// reached. *credit_now: the message should ask for its credit at once
-  /// (more than half the cap is held). `node` is a valid id (checked by the
-  /// caller).
-  Code take_msg(NodeId node, bool* credit_now) {
+  /// Payload bytes up to which a message is small (may use every credit).
+  static constexpr uint64_t kSmallMsgBytes = 1024;
+
+  /// One message credit towards `node` for a message of `len` bytes: kOk,
+  /// kNoResource (nothing taken) when the peer's are all in use (for a large
+  /// message: a quarter of them), kQuota when the tenant's cap is reached.
+  /// *credit_now: the message should ask for its credit at once (more than
+  /// half the cap is held). `node` is a valid id (checked by the caller).
+  Code take_msg(NodeId node, uint64_t len, bool* credit_now) {
     *credit_now = false;
     Peer* p = at(node);
     if (p == nullptr) return Code::kNoResource;
@@ -82,7 +96,8 @@ class Credits {
       *credit_now = held * 2 > msg_quota_;
     }
     std::atomic<int32_t>& f = p->msg_in_flight;
-    if (f.fetch_add(1, std::memory_order_seq_cst) < msg_limit_) return Code::kOk;
+    const int32_t limit = len <= kSmallMsgBytes ? msg_limit_ : big_limit_;
+    if (f.fetch_add(1, std::memory_order_seq_cst) < limit) return Code::kOk;
     f.fetch_sub(1, std::memory_order_acq_rel);
     if (msg_quota_ != 0) msg_total_.fetch_sub(1, std::memory_order_acq_rel);
     return Code::kNoResource;
@@ -105,8 +120,8 @@ class Credits {
     return p == nullptr ? 0 : p->msg_in_flight.load(std::memory_order_relaxed);
   }
   /// Unconsumed messages to one receiver at which a sender starts holding
-  /// small ones back (Engine::send_eager): half its credits.
-  int32_t msg_hold_depth() const { return std::max<int32_t>(1, msg_limit_ / 2); }
+  /// small ones back (Engine::send_eager): half of what large ones may use.
+  int32_t msg_hold_depth() const { return std::max<int32_t>(1, big_limit_ / 2); }
   /// Credits held over all peers, counted only under a cap (else 0).
   int32_t msg_held() const { return msg_total_.load(std::memory_order_acquire); }
   int32_t rpc_held() const { return rpc_total_.load(std::memory_order_acquire); }
@@ -306,7 +321,7 @@ class Credits {
     if (rpc_quota_ != 0 && r > 0) rpc_total_.fetch_sub(r, std::memory_order_acq_rel);
   }
 
-  const int32_t msg_limit_, rpc_limit_, batch_;
+  const int32_t msg_limit_, big_limit_, rpc_limit_, batch_;
   int32_t msg_quota_ = 0, rpc_quota_ = 0;             // set_quotas(); 0: no cap
   std::atomic<int32_t> msg_total_{0}, rpc_total_{0};  // held over all peers, under a cap
   const NodeId slot_mask_;                            // node slots - 1 (a power of two)

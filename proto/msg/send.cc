@@ -44,7 +44,7 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   // the receiver's store of unexpected messages stays bounded; the tenant's
   // cap (if any) bounds them over all receivers.
   bool credit_now = false;
-  if (Code c = credits_.take_msg(node, &credit_now); c != Code::kOk) {
+  if (Code c = credits_.take_msg(node, len, &credit_now); c != Code::kOk) {
     if (c == Code::kQuota) sched_.count_quota_refusal();
     return c;
   }
@@ -96,7 +96,7 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len,
   return kDoneReqId;
 }
 
-// Under a stream (half this sender's credits to `node` unconsumed there:
+// Under a stream (half the credits a large message may use unconsumed there:
 // the receiver is behind, and this message queues behind those anyway) the
 // message is posted with kWrMore where that helps (Caps::gathers: tcp sends
 // it with the ones that follow in one system call). It is held at most

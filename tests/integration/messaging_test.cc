@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -184,26 +185,26 @@ TEST(Credits, LostConnectionGivesTheSenderItsCreditsBack) {
   ASSERT_FALSE(addr.empty());
   const std::string port = addr.substr(addr.rfind(':') + 1);
   const std::string conn = "state established '( sport = :" + port + " or dport = :" + port + " )'";
-  // b reads nothing while stopped: a's 64 messages (all its credits) wait in
+  // b reads nothing while stopped: a's 256 messages (all its credits) wait in
   // the sockets, then the connection dies with them.
   b->signal(SIGSTOP);
   ASSERT_TRUE(b->wait_stopped(5000));
-  EXPECT_EQ(a->cmd("send_async_n " + ib + " 20 1000"), "ok 64 again");
+  EXPECT_EQ(a->cmd("send_async_n " + ib + " 20 1000"), "ok 256 again");
   shell("ss -K " + conn + " >/dev/null 2>&1");
   bool killed = shell("test -z \"$(ss -Hnt " + conn + ")\"") == 0;
   b->signal(SIGCONT);
   if (!killed) GTEST_SKIP() << "ss -K cannot kill sockets here (CONFIG_INET_DIAG_DESTROY)";
-  // Once a has seen the loss, a new connection takes 64 messages again (to
+  // Once a has seen the loss, a new connection takes 256 messages again (to
   // port 21, to tell them from the first ones).
   std::string r;
   for (int i = 0; i < 200; ++i) {
     r = a->cmd("send_async_n " + ib + " 21 1000", 30000);
-    if (r == "ok 64 again") break;
+    if (r == "ok 256 again") break;
     usleep(50000);
   }
-  EXPECT_EQ(r, "ok 64 again");
-  // Port 21 gets those 64 in order (values 0 to 63). Port 20 gets what of the
-  // first 64 had reached b's socket before the connection died: a prefix, in
+  EXPECT_EQ(r, "ok 256 again");
+  // Port 21 gets those 256 in order (values 0 to 255). Port 20 gets what of
+  // the first 256 had reached b's socket before the connection died: a prefix, in
   // order (a dead connection's data may come after the new one's).
   auto drain = [&](const std::string& port) {
     std::vector<int> got;
@@ -211,15 +212,15 @@ TEST(Credits, LostConnectionGivesTheSenderItsCreditsBack) {
       std::string m = b->cmd("recv " + port + " 8 2000", 30000);
       if (m == "err LT_ERR_TIMEDOUT") break;
       EXPECT_EQ(m.rfind("ok " + ia + " ", 0), 0u) << m;
-      if (m.size() < 16 || got.size() > 64) break;
+      if (m.size() < 16 || got.size() > 256) break;
       got.push_back(std::stoi(m.substr(m.size() - 16, 2), nullptr, 16));  // low byte (LE)
     }
     return got;
   };
   std::vector<int> fresh = drain("21"), old = drain("20");
-  ASSERT_EQ(fresh.size(), 64u);
-  for (int i = 0; i < 64; ++i) EXPECT_EQ(fresh[i], i);
-  ASSERT_LE(old.size(), 64u);
+  ASSERT_EQ(fresh.size(), 256u);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(fresh[i], i);
+  ASSERT_LE(old.size(), 256u);
   for (size_t i = 0; i < old.size(); ++i) EXPECT_EQ(old[i], static_cast<int>(i));
 }
 
@@ -321,17 +322,28 @@ TEST_P(ThreeNodes, WaitingMessageIsTakenAtTheReceiveCall) {
 }
 
 // A receiver that stops receiving pushes back: async sends get LT_ERR_AGAIN
-// after engine.msg_credits unconsumed messages, blocking sends wait, and
-// nothing is dropped.
+// after engine.msg_credits (256) unconsumed messages, and a message above
+// 1 KiB after a quarter of them; blocking sends wait, and nothing is
+// dropped.
 TEST_P(ThreeNodes, ReceiverBackPressure) {
   Proc *a = nodes_[0], *b = nodes_[1];
-  EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1000"), "ok 64 again");
+  EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1000 1100"), "ok 64 again");
+  EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1 1100"), "ok 0 again");
+  EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1000"), "ok 192 again");
   EXPECT_EQ(a->cmd("send_async_n " + ids_[1] + " 9 1"), "ok 0 again");
   // A blocking sender waits for credits while b drains everything.
   ASSERT_TRUE(a->send("send_seq " + ids_[1] + " 9 100 8"));
-  for (int i = 0; i < 64; ++i) {
-    std::string r = b->cmd("recv 9 8");
-    ASSERT_EQ(r.rfind("ok " + ids_[0] + " ", 0), 0u) << i << ": " << r;
+  for (int i = 0; i < 256; ++i) {
+    std::string r = b->cmd("recv 9 1100");
+    ASSERT_EQ(r.rfind("ok " + ids_[0] + " ", 0), 0u) << i << ": " << r.substr(0, 80);
+    // The 64 large ones first, in order, each with its index (little
+    // endian, in hex) up front.
+    if (i < 64) {
+      char idx[17];
+      snprintf(idx, sizeof(idx), "%02x%014x", i, 0);
+      ASSERT_EQ(r.size(), 3 + ids_[0].size() + 1 + 2 * 1100) << i;
+      EXPECT_EQ(r.substr(3 + ids_[0].size() + 1, 16), idx) << i;
+    }
   }
   EXPECT_EQ(b->cmd("recv_seq 9 100 8", 60000), "ok");
   EXPECT_EQ(a->read_line(60000), "ok");

@@ -1,4 +1,6 @@
 // ltier-node commands: messages.
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -104,13 +106,17 @@ std::string cmd_send_async_n(lt_engine_t* e, Args& a) {
   lt_node_t node = a.node();
   uint32_t port = a.u32();
   uint64_t count = a.u64();
-  std::vector<uint64_t> vals(count);
+  std::string t;
+  const size_t size = a.optional_word(&t) ? std::stoull(t) : 8;
+  // Each message's first 8 bytes hold its index; the rest is zero. One
+  // buffer per message: a rendezvous one stays the sender's until done.
+  std::vector<std::vector<char>> bufs(count, std::vector<char>(std::max<size_t>(size, 8)));
   std::vector<lt_req_t> ids;
   bool again = false;
   for (uint64_t i = 0; i < count; ++i) {
-    vals[i] = i;
+    std::memcpy(bufs[i].data(), &i, 8);
     lt_req_t id;
-    int rc = LT_send_async(e, node, port, &vals[i], 8, &id);
+    int rc = LT_send_async(e, node, port, bufs[i].data(), size, &id);
     if (rc == -LT_ERR_AGAIN) {
       again = true;
       break;

@@ -178,9 +178,10 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
  * (copied into the receiver's store if no receive is waiting); larger ones by
  * rendezvous (the receiver pulls them once a receive matches, straight from
  * the sender's buffer). Order is kept per (source, port). A sender may leave
- * engine.msg_credits messages unconsumed at one receiver: then LT_send waits
- * and LT_send_async returns -LT_ERR_AGAIN (nothing is sent or dropped).
- * While more than half of them are unconsumed, a stream transport (tcp)
+ * engine.msg_credits messages unconsumed at one receiver (a quarter of them
+ * for a message above 1 KiB): then LT_send waits and LT_send_async returns
+ * -LT_ERR_AGAIN (nothing is sent or dropped).
+ * While more than an eighth of them are unconsumed, a stream transport (tcp)
  * holds small messages back and sends them together, within a few
  * milliseconds even if the caller makes no further call.
  * LT_send returns when buf may be reused. -LT_ERR_INVAL above

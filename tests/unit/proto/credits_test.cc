@@ -14,10 +14,11 @@ struct Held : Credits {
   Held(uint32_t msg, uint32_t rpc) : Credits(msg, rpc, kMax) {
     for (NodeId n = 1; n < kMax; ++n) rekey(n);
   }
-  // A message credit towards `n`, whatever the reason it is refused.
-  bool take(NodeId n) {
+  // A message credit towards `n` for an 8-byte (small) or a `len`-byte
+  // message, whatever the reason it is refused.
+  bool take(NodeId n, uint64_t len = 8) {
     bool now = false;
-    return take_msg(n, &now) == Code::kOk;
+    return take_msg(n, len, &now) == Code::kOk;
   }
 };
 
@@ -73,10 +74,31 @@ TEST(Credits, NodesThatDoNotHoldTheirSlotAreIgnored) {
   EXPECT_FALSE(c.take(3));
 }
 
-TEST(Credits, ConsumedMessagesAreOwedInBatchesOfAQuarter) {
-  Held c(8, 2);  // batch of 2
+// Small messages may use every credit; a larger one goes only while fewer
+// than a quarter of them are in use, whatever size their messages were.
+TEST(Credits, LargeMessagesUseAQuarterOfTheCredits) {
+  Held c(16, 2);
+  const uint64_t small = Credits::kSmallMsgBytes, large = small + 1;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(c.take(3, large)) << i;
+  EXPECT_FALSE(c.take(3, large)) << "a fifth large message";
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(c.take(3, small)) << i;
+  EXPECT_FALSE(c.take(3, small)) << "all sixteen in use";
+  c.apply_msg(3, 13);
+  EXPECT_TRUE(c.take(3, large)) << "three in use: room for one more large";
+  EXPECT_FALSE(c.take(3, large));
+  EXPECT_TRUE(c.take(3, small)) << "small ones still fit";
+  // Below four credits a large message still has one.
+  Held d(2, 1);
+  EXPECT_TRUE(d.take(3, large));
+  EXPECT_FALSE(d.take(3, large));
+  EXPECT_TRUE(d.take(3, small));
+  EXPECT_FALSE(d.take(3, small));
+}
+
+TEST(Credits, ConsumedMessagesAreOwedInBatchesOfASixteenth) {
+  Held c(32, 2);  // 8 for large messages, so a batch of 2
   EXPECT_FALSE(c.count_consumed(3, false));
-  EXPECT_TRUE(c.count_consumed(3, false)) << "a quarter of the credits is owed";
+  EXPECT_TRUE(c.count_consumed(3, false)) << "a quarter of the large messages' credits is owed";
   EXPECT_EQ(c.take_owed(3), 2u);
   EXPECT_EQ(c.take_owed(3), 0u) << "taken once";
   EXPECT_TRUE(c.count_consumed(3, true)) << "to this node itself: at once";
@@ -146,15 +168,15 @@ TEST(Credits, TenantCapOnMessageCreditsOverAllPeers) {
   Held c(64, 4);
   c.set_quotas(4, 0);
   bool now = true;
-  ASSERT_EQ(c.take_msg(3, &now), Code::kOk);
+  ASSERT_EQ(c.take_msg(3, 8, &now), Code::kOk);
   EXPECT_FALSE(now);
-  ASSERT_EQ(c.take_msg(4, &now), Code::kOk);
+  ASSERT_EQ(c.take_msg(4, 8, &now), Code::kOk);
   EXPECT_FALSE(now) << "two of four: not past half";
-  ASSERT_EQ(c.take_msg(5, &now), Code::kOk);
+  ASSERT_EQ(c.take_msg(5, 8, &now), Code::kOk);
   EXPECT_TRUE(now);
   EXPECT_TRUE(c.msg_credit_now());
-  ASSERT_EQ(c.take_msg(3, &now), Code::kOk);
-  EXPECT_EQ(c.take_msg(6, &now), Code::kQuota) << "a fifth, to any peer";
+  ASSERT_EQ(c.take_msg(3, 8, &now), Code::kOk);
+  EXPECT_EQ(c.take_msg(6, 8, &now), Code::kQuota) << "a fifth, to any peer";
   EXPECT_EQ(c.msg_held(), 4);
   c.untake_msg(3);  // a message that did not go
   EXPECT_EQ(c.msg_held(), 3);
@@ -165,15 +187,15 @@ TEST(Credits, TenantCapOnMessageCreditsOverAllPeers) {
   EXPECT_EQ(c.msg_held(), 1);
   c.rekey(5);  // so does a new node in the slot
   EXPECT_EQ(c.msg_held(), 0);
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(c.take_msg(7, &now), Code::kOk) << i;
-  EXPECT_EQ(c.take_msg(7, &now), Code::kQuota);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(c.take_msg(7, 8, &now), Code::kOk) << i;
+  EXPECT_EQ(c.take_msg(7, 8, &now), Code::kQuota);
   // The per-peer limit still applies below the cap, and refuses without
   // holding anything against the cap.
   Held d(2, 4);
   d.set_quotas(10, 0);
-  ASSERT_EQ(d.take_msg(3, &now), Code::kOk);
-  ASSERT_EQ(d.take_msg(3, &now), Code::kOk);
-  EXPECT_EQ(d.take_msg(3, &now), Code::kNoResource);
+  ASSERT_EQ(d.take_msg(3, 8, &now), Code::kOk);
+  ASSERT_EQ(d.take_msg(3, 8, &now), Code::kOk);
+  EXPECT_EQ(d.take_msg(3, 8, &now), Code::kNoResource);
   EXPECT_EQ(d.msg_held(), 2);
 }
 
