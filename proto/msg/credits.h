@@ -15,8 +15,10 @@
 // the receiver's backlog deep enough that it takes several per progress
 // pass. The batch is a quarter of big_limit, so a stream of large messages
 // gets credits back before its sender stalls. Every node derives both from
-// its engine.msg_credits, which the nodes of a cluster share. RPC credits bound the calls
-// outstanding at one server (its ring for us); a reply returns one.
+// its engine.msg_credits, which the nodes of a cluster share.
+//
+// RPC credits bound the calls outstanding at one server (its ring for us); a
+// reply returns one.
 //
 // A tenant may also cap the credits it holds over all peers together
 // (max_msg_credits, max_rpc_credits; set_quotas): a take beyond the cap is
