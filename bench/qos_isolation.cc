@@ -6,6 +6,7 @@
 //
 //   qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]
 //                 [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]
+//                 [--bulk-cpu-policy normal|batch|idle]
 //                 [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
 //
 // `peers` adds a second server node: the latency tenant calls the first,
@@ -19,7 +20,10 @@
 //
 // --cpus gives the two classes CPUs of their own with QoS on (the classes'
 // `cpus` key, e.g. 0/1), and places the server node with the latency class
-// in every case.
+// in every case. --bulk-cpu-policy gives the bulk class that `cpu_policy`
+// with QoS on (idle: its threads run on CPU time no other thread wants).
+// In `threads` mode the process's class is latency, so the engine's own
+// threads keep their policy and only the bulk thread changes.
 //
 // LTIER_TRANSPORTS picks the transport (tcp or shm,tcp). Output lines:
 //   case=NAME lat_p50_us= lat_p99_us= lat_p999_us= bulk_gbps= bulk_after_gbps=
@@ -165,9 +169,8 @@ int client_main(const std::string& manager, const std::vector<lt_node_t>& server
   } else if (what == "bulk") {
     run_bulk_all(e, servers, seconds + 0.3, false);
   } else {  // both, as threads of this process in two classes
-    const bool qos = LT_set_class(e, "bulk") == 0;
+    const bool qos = LT_set_class(e, "latency") == 0;  // the process's class, when QoS is on
     std::thread bulk([&] { run_bulk_all(e, servers, seconds + 0.3, qos); });
-    if (qos) LT_set_class(e, "latency");
     usleep(50'000);
     run_latency(e, servers[0], seconds, period_us);
     bulk.join();
@@ -334,6 +337,7 @@ int main(int argc, char** argv) {
   std::string host_ip = "127.0.0.1";
   std::string target_rtt = "auto";  // the latency class's (a duration, or auto)
   std::string lat_cpus, bulk_cpus;  // the classes' cpus keys, or nothing
+  std::string bulk_policy;          // the bulk class's cpu_policy key, or nothing
   std::vector<std::pair<std::string, std::string>> netns;  // (namespace, address) per server
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
@@ -342,6 +346,7 @@ int main(int argc, char** argv) {
     if (a == "--period-us") period_us = strtoull(argv[i + 1], nullptr, 10);
     if (a == "--host-ip") host_ip = argv[i + 1];
     if (a == "--target-rtt") target_rtt = argv[i + 1];
+    if (a == "--bulk-cpu-policy") bulk_policy = std::string(", cpu_policy: ") + argv[i + 1];
     if (a == "--cpus") {
       const std::string v = argv[i + 1];
       const size_t slash = v.find('/');
@@ -383,10 +388,10 @@ int main(int argc, char** argv) {
   const std::string off = dir + "/qos_isolation_off_" + std::to_string(getpid()) + ".yaml";
   std::ofstream(on)
       << "qos:\n  classes:\n    - {name: latency, priority: 0, target_rtt: " << target_rtt
-      << lat_cpus << "}\n    - {name: bulk, priority: 1" << bulk_cpus
+      << lat_cpus << "}\n    - {name: bulk, priority: 1" << bulk_cpus << bulk_policy
       << "}\n  tenants:\n"
          "    - {name: lat, classes: [latency]}\n    - {name: bulk, classes: [bulk]}\n"
-         "    - {name: app, classes: [latency, bulk], default_class: bulk}\n";
+         "    - {name: app, classes: [latency, bulk], default_class: latency}\n";
   std::ofstream(off) << "qos: {}\n";
   const std::string board = "LTIER_QOS_BOARD=ltier-qos-bench-" + std::to_string(getpid());
 

@@ -13,6 +13,15 @@
 
 namespace lt {
 
+/// How the kernel schedules a class's threads against other threads
+/// (qos.classes[].cpu_policy). kUnset leaves them as they are.
+enum class QosCpuPolicy : uint8_t {
+  kUnset,   // not configured: a thread keeps the policy it had
+  kNormal,  // SCHED_OTHER
+  kBatch,   // SCHED_BATCH: never preempts another thread when it wakes
+  kIdle,    // SCHED_IDLE: runs on CPU time no normal thread wants
+};
+
 /// One priority class. Priority 0 is the highest; classes of one priority
 /// are peers (never throttled for each other).
 struct QosClass {
@@ -24,7 +33,8 @@ struct QosClass {
   uint64_t target_rtt_ns = 0;    // 0: derived from the measured unloaded RTT
   uint32_t floor_percent = 5;    // a throttled class keeps at least this share
   std::vector<uint32_t> cpus;    // CPUs its threads run on, ascending; empty: not placed
-  int line = 0;                  // where it was defined (1-based; 0: not from a file)
+  QosCpuPolicy cpu_policy = QosCpuPolicy::kUnset;
+  int line = 0;  // where it was defined (1-based; 0: not from a file)
 };
 
 /// One tenant: which classes its processes may use, and its quotas.

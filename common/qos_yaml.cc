@@ -106,10 +106,22 @@ Status read_class(const YAML::Node& e, const std::string& path, QosClass* c, std
     } else if (k == "cpus") {
       LT_RETURN_IF_ERROR(field(key, v, "a CPU list such as 0-3,8", error,
                                [&](const std::string& s) { return parse_cpu_list(s, &c->cpus); }));
+    } else if (k == "cpu_policy") {
+      LT_RETURN_IF_ERROR(field(key, v, "normal, batch or idle", error, [&](const std::string& s) {
+        if (s == "normal")
+          c->cpu_policy = QosCpuPolicy::kNormal;
+        else if (s == "batch")
+          c->cpu_policy = QosCpuPolicy::kBatch;
+        else if (s == "idle")
+          c->cpu_policy = QosCpuPolicy::kIdle;
+        else
+          return false;
+        return true;
+      }));
     } else {
       return fail(error, where(key, kv.first) +
                              ": unknown class key (name, priority, weight, max_ops_per_s, "
-                             "max_bytes_per_s, target_rtt, floor_percent, cpus)");
+                             "max_bytes_per_s, target_rtt, floor_percent, cpus, cpu_policy)");
     }
   }
   if (c->name.empty()) return fail(error, where(path, e) + ": a class needs a name");

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "proto/engine.h"
+#include "qos/cpu_policy.h"
 
 namespace lt::proto {
 
@@ -198,8 +199,11 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   uint64_t spin_until = 0, started = 0;
   YieldPacer pacer(kSpinYieldNs, &peer_cpu_, r->peer.load(std::memory_order_relaxed),
                    config_.engine.move_spinners != 0);
+  // A thread of an idle class does not spin (qos/cpu_policy.h): it could be
+  // preempted holding the progress token for as long as the CPU is busy.
+  const bool spins = !qos::thread_runs_idle();
   spinners_.fetch_add(1, std::memory_order_seq_cst);
-  for (uint32_t i = 1; !r->done(); ++i) {
+  for (uint32_t i = 1; spins && !r->done(); ++i) {
     if (!progress(&r->word) && i > kPlainPolls) cpu_relax();
     if (i % 8 != 0) continue;  // the clock is not free either
     uint64_t now = now_ns();
@@ -220,7 +224,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   // Sleep on the transports if the progress thread is parked (nobody else
   // polls), else on the request's futex: counted before end_spin may unpark
   // the progress thread, which looks.
-  const bool polls = !r->done() && become_poller();
+  const bool polls = spins && !r->done() && become_poller();
   bool counted = !polls && !r->done();
   if (counted) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);
   end_spin(counted);

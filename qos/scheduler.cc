@@ -11,6 +11,7 @@
 #include "common/tls.h"
 #include "qos/base_rtt.h"
 #include "qos/cpu_placement.h"
+#include "qos/cpu_policy.h"
 #include "qos/peer_lanes.h"
 
 namespace lt::qos {
@@ -159,7 +160,7 @@ Status Scheduler::start(std::string* error) {
   LT_INFO("qos: tenant '%s', %zu classes, this process's class '%s'", config_.tenant.c_str(),
           classes_.size(), default_class.c_str());
   // The joining thread, and so the threads the engine starts after this.
-  place_thread(classes_[process_class_]->cpus);
+  apply_to_thread(*classes_[process_class_]);
   return Status::ok();
 }
 
@@ -181,18 +182,24 @@ Status Scheduler::place_classes(std::string* error) {
   return Status::ok();
 }
 
+// The calling thread runs where, and as, class `k` says.
+void Scheduler::apply_to_thread(const Class& k) {
+  place_thread(k.cpus);
+  set_thread_cpu_policy(k.cfg.cpu_policy);
+}
+
 Status Scheduler::set_thread_class(const std::string& name) const {
   if (classes_.empty()) return Code::kUnsupported;
   if (name.empty()) {
     tl_class.scheduler = 0;
-    place_thread(classes_[process_class_]->cpus);
+    apply_to_thread(*classes_[process_class_]);
     return Status::ok();
   }
   for (size_t i = 0; i < classes_.size(); ++i) {
     if (classes_[i]->cfg.name != name) continue;
     if (std::find(allowed_.begin(), allowed_.end(), i) == allowed_.end()) return Code::kPerm;
     tl_class = {id_, static_cast<uint8_t>(i)};
-    place_thread(classes_[i]->cpus);
+    apply_to_thread(*classes_[i]);
     return Status::ok();
   }
   return Code::kNotFound;

@@ -235,6 +235,7 @@ class Scheduler {
   void on_complete(const Ticket& t, uint64_t now);
   void class_done(uint8_t cls);
   Status place_classes(std::string* error);
+  static void apply_to_thread(const Class& k);
   uint8_t current_class() const;
   void maybe_tick(uint64_t now) {
     uint64_t next = next_tick_.load(std::memory_order_relaxed);

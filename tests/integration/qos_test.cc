@@ -395,6 +395,75 @@ TEST(Qos, ClassesWithCpusPlaceTheirThreads) {
   EXPECT_EQ(line, "err LT_ERR_INVAL");
 }
 
+// Every thread of `pid` with its kernel scheduling policy.
+std::vector<std::pair<pid_t, int>> policies_of(pid_t pid) {
+  std::vector<std::pair<pid_t, int>> out;
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    const pid_t tid = static_cast<pid_t>(std::stol(t.path().filename().string()));
+    out.emplace_back(tid, sched_getscheduler(tid));
+  }
+  return out;
+}
+
+// Classes with a cpu_policy run their threads under it: every thread of a
+// node joined in an idle class is SCHED_IDLE (the engine's threads inherit
+// it) and its calls still complete (its waits sleep instead of spinning,
+// and the progress thread polls); `class` changes the command thread's
+// policy and, back in a class that names none, restores its own. Over tcp,
+// so that the calls wait for their owner.
+TEST(Qos, ClassesWithACpuPolicyRunTheirThreadsUnderIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "leaving SCHED_IDLE needs CAP_SYS_NICE";
+  PolicyFile f(
+      "qos:\n  classes:\n    - {name: latency, priority: 0}\n"
+      "    - {name: bulk, priority: 1, cpu_policy: idle}\n"
+      "    - {name: batch, priority: 2, cpu_policy: batch}\n  tenants:\n"
+      "    - {name: fast, classes: [latency, bulk, batch]}\n"
+      "    - {name: slow, classes: [bulk]}\n");
+  Board board;
+  Cluster c;
+  ASSERT_TRUE(c.ok());
+  const std::vector<std::string> tcp = {"LTIER_CONFIG=" + f.path(), board.env(),
+                                        "LTIER_TRANSPORTS=tcp"};
+  auto env = [&](const char* tenant) {
+    auto e = tcp;
+    e.push_back(std::string("LTIER_TENANT=") + tenant);
+    return e;
+  };
+  Proc* fast = c.add_node(env("fast"));
+  Proc* slow = c.add_node(env("slow"));
+  ASSERT_TRUE(fast && slow);
+  const pid_t pf = fast->pid(), ps = slow->pid();
+  const auto slow_threads = policies_of(ps);
+  EXPECT_GE(slow_threads.size(), 2u) << "the engine's threads";
+  for (const auto& [tid, pol] : slow_threads) {
+    EXPECT_EQ(pol, SCHED_IDLE) << "thread " << tid << " of the idle node";
+  }
+  for (const auto& [tid, pol] : policies_of(pf)) EXPECT_EQ(pol, SCHED_OTHER) << "thread " << tid;
+
+  // The idle node's calls, and calls to it, complete.
+  const std::string ifast = id_of(fast), islow = id_of(slow);
+  EXPECT_EQ(slow->cmd("rpc " + ifast + " 1 0a0b0c"), "ok 0a0b0c");
+  const std::string h = ok_value(slow->cmd("malloc " + ifast + " 4096 rw"));
+  ASSERT_FALSE(h.empty());
+  ASSERT_EQ(slow->cmd("fill " + h + " 0 4096 3"), "ok");
+  EXPECT_EQ(slow->cmd("sum " + h + " 0 4096"), "ok " + std::to_string(4096 * 3));
+  EXPECT_EQ(fast->cmd("rpc " + islow + " 1 0d0e"), "ok 0d0e");
+
+  ASSERT_EQ(fast->cmd("class bulk"), "ok");
+  EXPECT_EQ(sched_getscheduler(pf), SCHED_IDLE);  // the command thread only
+  for (const auto& [tid, pol] : policies_of(pf)) {
+    if (tid != pf) {
+      EXPECT_EQ(pol, SCHED_OTHER) << "thread " << tid << " changed with it";
+    }
+  }
+  EXPECT_EQ(fast->cmd("rpc " + islow + " 1 0f"), "ok 0f");  // a wait that does not spin
+  ASSERT_EQ(fast->cmd("class batch"), "ok");
+  EXPECT_EQ(sched_getscheduler(pf), SCHED_BATCH);
+  ASSERT_EQ(fast->cmd("class -"), "ok");  // latency names no policy: the thread's own back
+  EXPECT_EQ(sched_getscheduler(pf), SCHED_OTHER);
+}
+
 TEST(Qos, JoinsTheFileRefuses) {
   PolicyFile f(kPolicy);
   Cluster c;

@@ -394,7 +394,9 @@ int LT_metrics_address(const lt_engine_t* e, char* buf, size_t cap);
 
 /* The calling thread's calls on `e` go to class `name` from now on; NULL or
  * "" returns it to the process's class. When that class names cpus the
- * thread moves onto them (back to its own CPUs for a class without any).
+ * thread moves onto them (back to its own CPUs for a class without any);
+ * when it names a cpu_policy the thread runs under it (its own policy back
+ * for a class without one, where the kernel allows: see docs/CONFIG.md).
  * -LT_ERR_NOT_FOUND: no such class;
  * -LT_ERR_PERM: this tenant may not use it; -LT_ERR_UNSUPPORTED: no
  * qos.classes configured. */

@@ -23,6 +23,7 @@ const char* kGood = R"(qos:
       max_bytes_per_s: 2GiB
       floor_percent: 10
       cpus: 1-2, 0
+      cpu_policy: idle
     - name: batch
       priority: 1
   tenants:
@@ -65,6 +66,8 @@ TEST(QosConfigTest, ReadsClassesAndTenants) {
   EXPECT_EQ(p.classes[1].target_rtt_ns, 0u);  // auto
   EXPECT_EQ(p.classes[1].cpus, (std::vector<uint32_t>{0, 1, 2}));
   EXPECT_TRUE(p.classes[0].cpus.empty());  // not placed
+  EXPECT_EQ(p.classes[1].cpu_policy, QosCpuPolicy::kIdle);
+  EXPECT_EQ(p.classes[0].cpu_policy, QosCpuPolicy::kUnset);  // left as it is
   ASSERT_EQ(p.tenants.size(), 2u);
   const QosTenant* kv = p.find_tenant("kv");
   ASSERT_NE(kv, nullptr);
@@ -140,6 +143,8 @@ TEST(QosConfigTest, EveryBrokenPolicyIsRefusedWithKeyAndLine) {
        "floor_percent (line 3): must be 1 to 100"},
       {"cpus backwards", "qos:\n  classes:\n    - name: a\n      priority: 0\n      cpus: 3-1\n",
        "qos.classes[0].cpus (line 5): expected a CPU list such as 0-3,8, got '3-1'"},
+      {"unknown cpu policy", "qos:\n  classes:\n    - {name: a, priority: 0, cpu_policy: low}\n",
+       "qos.classes[0].cpu_policy (line 3): expected normal, batch or idle, got 'low'"},
       {"cpus not a list", "qos:\n  classes:\n    - {name: a, priority: 0, cpus: all}\n",
        "cpus (line 3): expected a CPU list"},
       {"duplicate class",
