@@ -214,7 +214,8 @@ phase_ucx() {
     # default window and with up to 16 sends in flight (-O 16, as ltier-perf's send streaming).
     n=$(lat_iters "$size" "$ITERS")
     ucx_run "$dir/ucx/tag_lat_$size" tag_lat "$size" "$n" $((n / 10 + 1))
-    n=$((268435456 / size))
+    # About 2 GiB, as ltier-perf's send streaming (a 1 MiB run of 256 MiB lasted 0.05 s).
+    n=$((2147483648 / size))
     ((n < 200)) && n=200
     ((n > 4 * ITERS)) && n=$((4 * ITERS))
     ucx_run "$dir/ucx/tag_bw_$size" tag_bw "$size" "$n" $((n / 10 + 1))

@@ -143,7 +143,7 @@ phase_ucx() {
   # ltier is always thread-safe; ucx_perftest's default worker is not (-M single)
   ucx_run "$d/tag_bw_mt_8" tag_bw 8 $((ITERS * 5)) -M multi
   ucx_run "$d/tag_bw_65536" tag_bw 65536 "$ITERS"
-  ucx_run "$d/tag_bw_1048576" tag_bw 1048576 "$(big_iters)"
+  ucx_run "$d/tag_bw_1048576" tag_bw 1048576 2048  # 2 GiB, as ltier-perf's send streaming
   ucx_run "$d/ucp_put_bw_1048576" ucp_put_bw 1048576 "$(big_iters)"
 }
 

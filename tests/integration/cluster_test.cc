@@ -617,7 +617,7 @@ TEST(Tools, PerfStreamsLargeMessages) {
   GTEST_SKIP() << "too slow under ThreadSanitizer to keep heartbeats (see comment)";
 #endif
   for (const char* transports : {"tcp", "shm,tcp"}) {
-    Proc p({Cluster::bin("ltier-perf"), "--ops", "send", "--sizes", "1048576", "--iters", "40",
+    Proc p({Cluster::bin("ltier-perf"), "--ops", "send", "--sizes", "1048576", "--iters", "25",
             "--bw"},
            {std::string("LTIER_TRANSPORTS=") + transports});
     std::string out, line;
