@@ -11,6 +11,7 @@
 #include "common/net.h"
 #include "common/trace_points.h"
 #include "proto/engine.h"
+#include "qos/cpu_policy.h"
 
 namespace lt::proto {
 
@@ -265,6 +266,15 @@ bool Engine::prepare_sleep() {
 
 bool Engine::progress(const std::atomic<uint64_t>* watch) {
   if (transports_.empty()) return false;
+  if (qos::thread_runs_idle() &&
+      std::this_thread::get_id() != progress_tid_.load(std::memory_order_relaxed)) {
+    // A thread of an idle class never takes the token (qos/cpu_policy.h):
+    // preempted while it holds it, it would stop every other thread's
+    // passes for as long as the CPU stays busy. It asks for a pass instead.
+    want_.store(true, std::memory_order_seq_cst);
+    if (parked_.load(std::memory_order_seq_cst)) net::ring_eventfd(wake_fd_);
+    return false;
+  }
   bool did = false;
   // One thread polls at a time (busy_). A caller that finds it taken leaves
   // want_ set, and the holder re-checks want_ after it lets go, so a pass

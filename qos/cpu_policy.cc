@@ -10,6 +10,8 @@
 
 namespace lt::qos {
 
+LT_TLS_FAST thread_local bool tl_runs_idle = false;
+
 namespace {
 
 struct Saved {
@@ -18,7 +20,6 @@ struct Saved {
   sched_param param{};
 };
 thread_local Saved saved;
-thread_local bool runs_idle = false;
 
 std::atomic<bool> told_stuck{false};
 
@@ -35,11 +36,11 @@ int kernel_policy(QosCpuPolicy p) {
 
 bool change_to(int policy, const sched_param& param) {
   if (sched_setscheduler(0, policy, &param) == 0) {
-    runs_idle = policy == SCHED_IDLE;
+    tl_runs_idle = policy == SCHED_IDLE;
     return true;
   }
   const int err = errno;
-  if (err == EPERM && runs_idle) {
+  if (err == EPERM && tl_runs_idle) {
     if (!told_stuck.exchange(true, std::memory_order_relaxed)) {
       LT_WARN(
           "qos: a thread of an idle class cannot get its CPU priority back (%s): leaving "
@@ -70,6 +71,6 @@ void set_thread_cpu_policy(QosCpuPolicy p) {
   change_to(kernel_policy(p), none);
 }
 
-bool thread_runs_idle() { return runs_idle; }
+bool thread_tl_runs_idle() { return tl_runs_idle; }
 
 }  // namespace lt::qos

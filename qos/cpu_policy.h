@@ -13,15 +13,17 @@
 // SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE that allows nice 0;
 // without either the thread stays idle, and this is logged once.
 //
-// A thread running idle does not spin in its waits (Engine::wait_impl): a
-// spinner polls the transports under the engine's progress token, and an
-// idle thread preempted while it holds the token would hold up every
-// other thread of the engine until the CPU is free again.
+// A thread running idle never polls the transports: it does not spin in
+// its waits (Engine::wait_impl), and Engine::progress() on it only asks
+// for a pass (unparking the progress thread). Polling holds the engine's
+// progress token, and an idle thread preempted while it held the token
+// would hold up every other thread of the engine until the CPU is free.
 //
 // Thread contract: acts on and reads the calling thread only.
 #pragma once
 
 #include "common/qos_config.h"
+#include "common/tls.h"
 
 namespace lt::qos {
 
@@ -30,7 +32,12 @@ namespace lt::qos {
 /// keeps the policy it has.
 void set_thread_cpu_policy(QosCpuPolicy p);
 
-/// Whether ltier put the calling thread under SCHED_IDLE.
-bool thread_runs_idle();
+/// Set while ltier has the calling thread under SCHED_IDLE (only the
+/// thread it changed: threads it starts inherit the policy, not this).
+extern LT_TLS_FAST thread_local bool tl_runs_idle;
+
+/// Whether ltier put the calling thread under SCHED_IDLE (on every
+/// progress pass: one load off the thread pointer).
+inline bool thread_runs_idle() { return tl_runs_idle; }
 
 }  // namespace lt::qos
