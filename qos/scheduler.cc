@@ -200,6 +200,16 @@ Status Scheduler::set_thread_class(const std::string& name) const {
     if (std::find(allowed_.begin(), allowed_.end(), i) == allowed_.end()) return Code::kPerm;
     tl_class = {id_, static_cast<uint8_t>(i)};
     apply_to_thread(*classes_[i]);
+    if (classes_[i]->cfg.cpu_policy == QosCpuPolicy::kIdle &&
+        classes_[process_class_]->cfg.cpu_policy != QosCpuPolicy::kIdle &&
+        !mixed_idle_told_.exchange(true, std::memory_order_relaxed)) {
+      LT_WARN(
+          "qos: a thread of class '%s' (cpu_policy: idle) shares this engine with threads of "
+          "class '%s': over tcp it can hold a connection's sending role while preempted, and "
+          "every send on that connection waits for it; give idle classes processes of their "
+          "own (docs/CONFIG.md)",
+          name.c_str(), classes_[process_class_]->cfg.name.c_str());
+    }
     return Status::ok();
   }
   return Code::kNotFound;

@@ -248,6 +248,7 @@ class Scheduler {
   // run beside the next one (tick_mu_ guards last_tick_, remote_ and the
   // board's slots); a caller that finds it taken skips its turn.
   SpinLock tick_mu_;
+  mutable std::atomic<bool> mixed_idle_told_{false};  // the warning of set_thread_class, once
 
   QosConfig config_;
   const Clock clock_;
