@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 namespace lt {
 
@@ -108,15 +109,17 @@ Status read_class(const YAML::Node& e, const std::string& path, QosClass* c, std
                                [&](const std::string& s) { return parse_cpu_list(s, &c->cpus); }));
     } else if (k == "cpu_policy") {
       LT_RETURN_IF_ERROR(field(key, v, "normal, batch or idle", error, [&](const std::string& s) {
-        if (s == "normal")
-          c->cpu_policy = QosCpuPolicy::kNormal;
-        else if (s == "batch")
-          c->cpu_policy = QosCpuPolicy::kBatch;
-        else if (s == "idle")
-          c->cpu_policy = QosCpuPolicy::kIdle;
-        else
-          return false;
-        return true;
+        static const std::pair<const char*, QosCpuPolicy> kNames[] = {
+            {"normal", QosCpuPolicy::kNormal},
+            {"batch", QosCpuPolicy::kBatch},
+            {"idle", QosCpuPolicy::kIdle}};
+        for (const auto& [name, policy] : kNames) {
+          if (s == name) {
+            c->cpu_policy = policy;
+            return true;
+          }
+        }
+        return false;
       }));
     } else {
       return fail(error, where(key, kv.first) +

@@ -71,6 +71,4 @@ void set_thread_cpu_policy(QosCpuPolicy p) {
   change_to(kernel_policy(p), none);
 }
 
-bool thread_tl_runs_idle() { return tl_runs_idle; }
-
 }  // namespace lt::qos
