@@ -341,6 +341,17 @@ class Engine {
   Status post_rest(NodeId p, transport::Endpoint* ep, std::span<const transport::WorkRequest> wrs,
                    Deadline d, size_t* posted, Result<size_t> r);
   void count_tx(NodeId p, std::span<const transport::WorkRequest> wrs);  // traffic_
+  // sched_.post, and for a thread whose posts are deferred a pass asked for.
+  Result<size_t> post_via_sched(transport::Endpoint* ep,
+                                std::span<const transport::WorkRequest> wrs) {
+    auto r = sched_.post(*ep, wrs);
+    if (sched_.defers_posts()) [[unlikely]]
+      ask_for_flush();
+    return r;
+  }
+  // Deferred posts wait in their transport for a pass's flush(): one comes
+  // soon (the wake fd rings, at most once per pass).
+  void ask_for_flush();
   void reply_status(NodeId to, uint64_t req_id, Status s);
 
   // ---- progress.cc: polling, the progress thread
@@ -506,8 +517,9 @@ class Engine {
 
   // Progress (progress.cc). One thread polls at a time (busy_); see progress().
   std::atomic<bool> busy_{false}, want_{false};
-  std::atomic<uint32_t> spinners_{0};  // callers spinning in wait(), polling for everyone
-  std::atomic<bool> parked_{false};    // the progress thread is parked for them
+  std::atomic<bool> flush_asked_{false};  // ask_for_flush() rang; a pass clears it, then flushes
+  std::atomic<uint32_t> spinners_{0};     // callers spinning in wait(), polling for everyone
+  std::atomic<bool> parked_{false};       // the progress thread is parked for them
   // Waits that ended within their spin: it moving means a caller is busy
   // calling, though between two calls it may not be spinning right now.
   std::atomic<uint64_t> spin_ends_{0};

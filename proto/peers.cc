@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/net.h"
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -180,7 +181,7 @@ Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_
 // *posted (if given) says how many went before a failure.
 Status Engine::post_all(NodeId p, transport::Endpoint* ep, std::span<const WorkRequest> wrs,
                         Deadline d, size_t* posted) {
-  auto r = sched_.post(*ep, wrs);
+  auto r = post_via_sched(ep, wrs);
   if (r && *r == wrs.size()) {  // the usual case: all taken at once
     count_tx(p, wrs);
     if (posted != nullptr) *posted = wrs.size();
@@ -189,13 +190,17 @@ Status Engine::post_all(NodeId p, transport::Endpoint* ep, std::span<const WorkR
   return post_rest(p, ep, wrs, d, posted, std::move(r));
 }
 
+void Engine::ask_for_flush() {
+  if (!flush_asked_.exchange(true, std::memory_order_seq_cst)) net::ring_eventfd(wake_fd_);
+}
+
 // post_all's loop, from the first attempt's result `r`.
 Status Engine::post_rest(NodeId p, transport::Endpoint* ep, std::span<const WorkRequest> wrs,
                          Deadline d, size_t* posted, Result<size_t> r) {
   size_t done = 0;
   Status s;
   for (bool first = true; done < wrs.size(); first = false) {
-    if (!first) r = sched_.post(*ep, wrs.subspan(done));
+    if (!first) r = post_via_sched(ep, wrs.subspan(done));
     if (!r) {
       if (r.status().code() == Code::kPeerDown) peers_.retire(p);
       s = r.status();

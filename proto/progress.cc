@@ -298,7 +298,12 @@ bool Engine::progress(const std::atomic<uint64_t>* watch) {
       held_rx_->release_rx(std::span<const Completion>(&held_cq_, 1));
       held_rx_ = nullptr;
     }
-    for (auto& t : transports_.all()) t->flush();  // calls held by rpc_async (cheap when none)
+    // What senders held (rpc_async's calls, deferred posts) goes first;
+    // ask_for_flush() rings again for posts that come after this.
+    if (flush_asked_.load(std::memory_order_relaxed)) {
+      (void)flush_asked_.exchange(false, std::memory_order_seq_cst);
+    }
+    for (auto& t : transports_.all()) t->flush();  // cheap when nothing is held
     // A bounded pass (16 batches per transport, and 2 ms): under a steady
     // stream the caller (the progress thread: heartbeats, the manager
     // socket) gets control back; it calls again at once since work was found.

@@ -148,6 +148,7 @@ Status Scheduler::start(std::string* error) {
     default_class = config_.default_class;
   }
   process_class_ = static_cast<uint8_t>(index(default_class));
+  process_runs_idle_ = classes_[process_class_]->cfg.cpu_policy == QosCpuPolicy::kIdle;
   LT_RETURN_IF_ERROR(place_classes(error));
   if (config_.board != "none") {
     const std::string name = config_.board == "auto" || config_.board.empty()
@@ -200,14 +201,13 @@ Status Scheduler::set_thread_class(const std::string& name) const {
     if (std::find(allowed_.begin(), allowed_.end(), i) == allowed_.end()) return Code::kPerm;
     tl_class = {id_, static_cast<uint8_t>(i)};
     apply_to_thread(*classes_[i]);
-    if (classes_[i]->cfg.cpu_policy == QosCpuPolicy::kIdle &&
-        classes_[process_class_]->cfg.cpu_policy != QosCpuPolicy::kIdle &&
+    if (process_runs_idle_ && classes_[i]->cfg.cpu_policy != QosCpuPolicy::kIdle &&
         !mixed_idle_told_.exchange(true, std::memory_order_relaxed)) {
       LT_WARN(
-          "qos: a thread of class '%s' (cpu_policy: idle) shares this engine with threads of "
-          "class '%s': over tcp it can hold a connection's sending role while preempted, and "
-          "every send on that connection waits for it; give idle classes processes of their "
-          "own (docs/CONFIG.md)",
+          "qos: a thread of class '%s' shares this engine with the process's class '%s' "
+          "(cpu_policy: idle), so the engine's progress thread runs idle and this thread's "
+          "calls wait for it whenever the CPU is busy; make a normal class the process's own "
+          "and LT_set_class the bulk threads to the idle one (docs/CONFIG.md)",
           name.c_str(), classes_[process_class_]->cfg.name.c_str());
     }
     return Status::ok();

@@ -29,6 +29,7 @@
 #include "common/config.h"
 #include "common/spinlock.h"
 #include "common/time.h"
+#include "qos/cpu_policy.h"
 #include "qos/host_board.h"
 #include "qos/rate_control.h"
 #include "qos/rtt_histogram.h"
@@ -207,11 +208,18 @@ class Scheduler {
   void count_quota_refusal() { quota_refused_.fetch_add(1, std::memory_order_relaxed); }
 
   /// Posts to `ep`; a short count is back-pressure (counted, never logged).
+  /// Deferred (kWrDeferred) when defers_posts(): the caller then sees to it
+  /// that the poller makes a pass soon.
   Result<size_t> post(transport::Endpoint& ep, std::span<const transport::WorkRequest> wrs) {
-    auto r = ep.post(wrs);
+    auto r = defers_posts() ? post_deferred(ep, wrs) : ep.post(wrs);
     if (r.is_ok() && *r < wrs.size()) backpressured_.fetch_add(1, std::memory_order_relaxed);
     return r;
   }
+
+  /// Whether the calling thread's posts go kWrDeferred: it runs idle
+  /// (qos/cpu_policy.h) in a process whose progress thread does not, so
+  /// preempted it must not be the one writing a connection others share.
+  bool defers_posts() const { return thread_runs_idle() && !process_runs_idle_; }
 
   SchedulerStats stats() const {
     return {backpressured_.load(std::memory_order_relaxed),
@@ -236,6 +244,8 @@ class Scheduler {
   void class_done(uint8_t cls);
   Status place_classes(std::string* error);
   static void apply_to_thread(const Class& k);
+  Result<size_t> post_deferred(transport::Endpoint& ep,
+                               std::span<const transport::WorkRequest> wrs);
   uint8_t current_class() const;
   void maybe_tick(uint64_t now) {
     uint64_t next = next_tick_.load(std::memory_order_relaxed);
@@ -257,7 +267,8 @@ class Scheduler {
   bool quota_is_slots_ = false;                  // max_in_flight_ equals the engine's request slots
   std::vector<std::unique_ptr<Class>> classes_;  // in priority order, highest first
   uint8_t process_class_ = 0;
-  std::vector<uint8_t> allowed_;  // the tenant's classes (indexes into classes_)
+  bool process_runs_idle_ = false;  // the process's class (so its progress thread's) is idle
+  std::vector<uint8_t> allowed_;    // the tenant's classes (indexes into classes_)
   uint64_t max_lmr_bytes_ = 0;
   uint32_t max_lmrs_ = 0;
   uint32_t max_msg_credits_ = 0, max_rpc_credits_ = 0;

@@ -161,6 +161,14 @@ inline constexpr uint8_t kWrGuard = 8;
 /// 67 ms ACK timeout, about half a second), so such an op never lands in
 /// memory reused since the guard matched.
 inline constexpr uint64_t kGuardFreshNs = 100'000'000;
+// WorkRequest::flags, on every request of a post: the poster may stay
+// preempted for long (a thread under SCHED_IDLE, qos/cpu_policy.h), so it
+// must not become the one thread that writes a shared stream, which every
+// other poster to that peer would then wait behind. A stream transport
+// queues the frames, as it holds kWrMore frames (back-pressure as for any
+// post), and sends them at its next flush(): the poster must see that the
+// poller makes a pass soon. Ignored where a post never waits for another.
+inline constexpr uint8_t kWrDeferred = 16;
 inline constexpr int kMaxSge = 2;
 
 /// Trivially copyable, preallocated by the caller. By op:

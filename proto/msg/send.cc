@@ -109,7 +109,7 @@ Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, bool gath
   const bool hold = gathers && credits_.msg_in_use(node) > credits_.msg_hold_depth();
   LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false, hold));
   credit.sent();
-  if (hold && !corks_.held_back()) ep->flush();
+  if (hold && !sched_.defers_posts() && !corks_.held_back()) ep->flush();
   return kDoneReqId;
 }
 

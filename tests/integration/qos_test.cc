@@ -410,8 +410,9 @@ std::vector<std::pair<pid_t, int>> policies_of(pid_t pid) {
 // node joined in an idle class is SCHED_IDLE (the engine's threads inherit
 // it) and its calls still complete (its waits sleep instead of spinning,
 // and the progress thread polls); `class` changes the command thread's
-// policy and, back in a class that names none, restores its own. Over tcp,
-// so that the calls wait for their owner.
+// policy and, back in a class that names none, restores its own, and an
+// idle command thread in a normal process has its posts sent for it. Over
+// tcp, so that the calls wait for their owner.
 TEST(Qos, ClassesWithACpuPolicyRunTheirThreadsUnderIt) {
   if (geteuid() != 0) GTEST_SKIP() << "leaving SCHED_IDLE needs CAP_SYS_NICE";
   PolicyFile f(
@@ -458,6 +459,13 @@ TEST(Qos, ClassesWithACpuPolicyRunTheirThreadsUnderIt) {
     }
   }
   EXPECT_EQ(fast->cmd("rpc " + islow + " 1 0f"), "ok 0f");  // a wait that does not spin
+  // Its posts are deferred (its process is not idle): the progress thread
+  // sends them, large writes (4 in flight) and calls of every size included.
+  const std::string big = ok_value(fast->cmd("malloc " + islow + " 4194304 rw"));
+  ASSERT_FALSE(big.empty());
+  ASSERT_EQ(fast->cmd("write_pat " + big + " 0 4194304 7 1048576 4", 60000), "ok");
+  EXPECT_EQ(fast->cmd("check_pat " + big + " 0 4194304 7 1048576", 60000), "ok");
+  EXPECT_EQ(fast->cmd("rpc_sizes " + islow + " 300000", 60000).rfind("ok ", 0), 0u);
   ASSERT_EQ(fast->cmd("class batch"), "ok");
   EXPECT_EQ(sched_getscheduler(pf), SCHED_BATCH);
   ASSERT_EQ(fast->cmd("class -"), "ok");  // latency names no policy: the thread's own back

@@ -2,6 +2,7 @@
 // queue of copies behind it, corks, and EPOLLOUT.
 #include "transport/tcp/tcp_conn.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/log.h"
@@ -80,9 +81,10 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   Gather g;
   auto got = g.add(wrs, t_->caps_.max_msg);
   if (!got) return got;
-  const bool cork = g.more && g.total <= kCorkFrameMax;
+  const bool defer = wrs[0].flags & kWrDeferred;
+  const bool cork = defer || (g.more && g.total <= kCorkFrameMax);
   for (;;) {
-    switch (queue_or_claim(g, cork, wrs[0].flags & kWrMustQueue)) {
+    switch (queue_or_claim(g, cork, defer, wrs[0].flags & kWrMustQueue)) {
       case Claim::kQueued:
         return g.count;
       case Claim::kRefused:
@@ -123,21 +125,26 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
 // Either the frames are queued (someone sends, EPOLLOUT will, or they join
 // or start a cork), refused for back-pressure, or this caller takes the
 // sending role and writes them itself (kSend), or writes the held batch
-// they end (kDrain: they would take it past kCorkHoldMax).
-Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
+// they end (kDrain: they would take it past kCorkHoldMax). Deferred frames
+// (kWrDeferred) are held like corked ones, of any size, and never make the
+// caller the sender: flush() sends them.
+Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue) {
   bool list_cork = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Only small corked frames pass the back-pressure limit (a reply batch's).
+    if ((!cork || defer) && queued_ > t_->config_.max_queued_bytes && !must_queue) {
+      return Claim::kRefused;
+    }
     if (cork && corked_ && !sending_) {  // we join the held batch
       hold(g);
-      if (queued_ <= kCorkHoldMax) return Claim::kQueued;
+      if (defer || queued_ <= kCorkHoldMax) return Claim::kQueued;
       corked_ = false;
       sending_ = true;
       return Claim::kDrain;
     }
     if (sending_ || (!outq_.empty() && !corked_)) {
       // Someone sends (or EPOLLOUT will): queue a copy.
-      if (!cork && queued_ > t_->config_.max_queued_bytes && !must_queue) return Claim::kRefused;
       outq_.push_back(g.copy_from(0));
       queued_ += g.total;
       return Claim::kQueued;
@@ -162,12 +169,14 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool must_queue) {
 
 // Held frames (mu_ held, nobody sending, so no drain points into outq_):
 // the batch is one string, appended to; a new batch starts in the spare
-// buffer a drain left, so a stream of held frames allocates nothing.
+// buffer a drain left, so a stream of held frames allocates nothing. A
+// large (deferred) post starts a string of its own rather than growing
+// the batch's by copying it again.
 void Conn::hold(const Gather& g) {
-  if (!corked_ || outq_.empty()) {
+  if (!corked_ || outq_.empty() || g.total > kCorkFrameMax) {
     std::string b = std::move(spare_);
     b.clear();
-    if (b.capacity() < kCorkHoldMax) b.reserve(kCorkHoldMax);
+    b.reserve(std::max(kCorkHoldMax, g.total));
     outq_.push_back(std::move(b));
   }
   g.append_to(&outq_.back());

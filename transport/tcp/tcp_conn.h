@@ -98,7 +98,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
  private:
   Result<size_t> post_frames(std::span<const WorkRequest> wrs);
   enum class Claim : uint8_t { kQueued, kRefused, kSend, kDrain };
-  Claim queue_or_claim(const Gather& g, bool cork, bool must_queue);
+  Claim queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue);
   void drain();  // caller holds the sending role
   void hold(const Gather& g);
   ssize_t send_iov(const iovec* iov, int n) {

@@ -329,6 +329,35 @@ TEST_F(TcpBackPressureTest, ShortCountThenRecovers) {
   EXPECT_EQ(bad_, 0);
 }
 
+// A deferred post (kWrDeferred) never writes the socket itself, however
+// large: its frames wait for flush(). Past max_queued_bytes it is refused
+// like any other post, and after flush() the backlog arrives in order.
+TEST_F(TcpBackPressureTest, DeferredPostsWaitForFlushAndFeelBackPressure) {
+  expect_in_order();
+  std::vector<std::byte> buf(kMsgBytes);
+  uint64_t posted = 0;
+  for (; posted < 10000; ++posted) {
+    fill_pattern(buf.data(), buf.size(), posted);
+    WorkRequest wr = send_wr(posted, buf.data(), buf.size());
+    wr.flags = kWrDeferred;
+    auto r = ab_->post(std::span<const WorkRequest>(&wr, 1));
+    ASSERT_TRUE(r.is_ok()) << r.status().name();
+    if (*r == 0) break;
+  }
+  ASSERT_GT(posted, 0u);
+  ASSERT_LT(posted, 10000u) << "deferred posts never felt back-pressure";
+  for (int i = 0; i < 20; ++i) {
+    pump_once();
+    wait_any(Deadline::after_ms(1));
+  }
+  EXPECT_EQ(next_, 0u) << "deferred frames went out before flush()";
+  a_->t->flush();
+  ASSERT_TRUE(pump_until([&] { return next_ >= posted; }))
+      << "received " << next_ << " of " << posted;
+  EXPECT_EQ(next_, posted);
+  EXPECT_EQ(bad_, 0);
+}
+
 TEST_F(TcpBackPressureTest, EmptyPostUnderBackPressure) {
   ASSERT_GT(fill_until_back_pressure(), 0);
   auto r = ab_->post({});

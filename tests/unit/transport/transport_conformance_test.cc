@@ -1093,6 +1093,28 @@ TEST_P(TransportConformance, MoreFlagSequencesDeliverEachMessageOnce) {
   }
 }
 
+// kWrDeferred (an idle-class poster): every transport delivers deferred
+// posts, small and large, mixed with plain and kWrMore ones, each once and
+// in order, by the flush() after them at the latest.
+TEST_P(TransportConformance, DeferredPostsArriveInOrderByTheFlush) {
+  const size_t big = std::min<size_t>(caps().max_msg, size_t{1} << 20);
+  const std::vector<std::pair<size_t, uint8_t>> posts = {
+      {100, kWrDeferred}, {big, kWrDeferred},  {100, 0}, {64, kWrMore}, {big, kWrDeferred},
+      {100, kWrDeferred}, {4096, kWrDeferred}, {100, 0}};
+  std::vector<std::vector<std::byte>> msgs;
+  for (size_t i = 0; i < posts.size(); ++i) {
+    msgs.push_back(pattern(posts[i].first, 500 + i));
+    WorkRequest wr = send_wr(i, msgs.back().data(), msgs.back().size());
+    wr.flags = posts[i].second;
+    ASSERT_TRUE(post_one(ab_.get(), wr).is_ok()) << i;
+  }
+  a_->t->flush();
+  ASSERT_TRUE(pump_until([&] { return b_->rx.size() >= posts.size(); }));
+  for (int i = 0; i < 20; ++i) pump_once();  // nothing more may come
+  ASSERT_EQ(b_->rx.size(), posts.size());
+  for (size_t i = 0; i < posts.size(); ++i) EXPECT_EQ(b_->rx[i].data, msgs[i]) << i;
+}
+
 // --- Placement: kWrite into memory the peer registered (Caps::placement) ---
 
 // Receive a kWrite of each size, then a kSend on the same endpoint / Expect
