@@ -341,12 +341,15 @@ class Engine {
   Status post_rest(NodeId p, transport::Endpoint* ep, std::span<const transport::WorkRequest> wrs,
                    Deadline d, size_t* posted, Result<size_t> r);
   void count_tx(NodeId p, std::span<const transport::WorkRequest> wrs);  // traffic_
-  // sched_.post, and for a thread whose posts are deferred a pass asked for.
-  Result<size_t> post_via_sched(transport::Endpoint* ep,
+  // sched_.post, and for a thread whose posts are deferred (and held, on a
+  // transport that gathers) a pass asked for.
+  Result<size_t> post_via_sched(NodeId p, transport::Endpoint* ep,
                                 std::span<const transport::WorkRequest> wrs) {
     auto r = sched_.post(*ep, wrs);
-    if (sched_.defers_posts()) [[unlikely]]
-      ask_for_flush();
+    if (sched_.defers_posts()) [[unlikely]] {
+      const transport::Transport* t = peers_.via(p);
+      if (t == nullptr || t->caps().gathers) ask_for_flush();
+    }
     return r;
   }
   // Deferred posts wait in their transport for a pass's flush(): one comes

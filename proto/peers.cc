@@ -181,7 +181,7 @@ Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_
 // *posted (if given) says how many went before a failure.
 Status Engine::post_all(NodeId p, transport::Endpoint* ep, std::span<const WorkRequest> wrs,
                         Deadline d, size_t* posted) {
-  auto r = post_via_sched(ep, wrs);
+  auto r = post_via_sched(p, ep, wrs);
   if (r && *r == wrs.size()) {  // the usual case: all taken at once
     count_tx(p, wrs);
     if (posted != nullptr) *posted = wrs.size();
@@ -200,7 +200,7 @@ Status Engine::post_rest(NodeId p, transport::Endpoint* ep, std::span<const Work
   size_t done = 0;
   Status s;
   for (bool first = true; done < wrs.size(); first = false) {
-    if (!first) r = post_via_sched(ep, wrs.subspan(done));
+    if (!first) r = post_via_sched(p, ep, wrs.subspan(done));
     if (!r) {
       if (r.status().code() == Code::kPeerDown) peers_.retire(p);
       s = r.status();

@@ -45,7 +45,8 @@ struct Caps {  // read once per peer; values the device granted
   bool device_atomics_global = false;
   bool needs_registration = false;
   /// kWrMore helps: held small messages go out together in one system call
-  /// (tcp). Senders hold messages back only where it does.
+  /// (tcp). Senders hold messages back only where it does. Also the
+  /// transports that honour kWrDeferred (frames held until flush()).
   bool gathers = false;
   /// kWrite may target memory the peer registered with register_memory():
   /// RemoteRef::addr is then the owner's virtual address and RemoteRef::rkey
@@ -167,7 +168,7 @@ inline constexpr uint64_t kGuardFreshNs = 100'000'000;
 // other poster to that peer would then wait behind. A stream transport
 // queues the frames, as it holds kWrMore frames (back-pressure as for any
 // post), and sends them at its next flush(): the poster must see that the
-// poller makes a pass soon. Ignored where a post never waits for another.
+// poller makes a pass soon. Honoured where Caps::gathers, ignored elsewhere.
 inline constexpr uint8_t kWrDeferred = 16;
 inline constexpr int kMaxSge = 2;
 
