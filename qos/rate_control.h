@@ -15,7 +15,9 @@
 //    together grow towards their weight's share of the group's solo rate
 //    instead (Share): all halve at once, so the rates converge to shares in
 //    proportion to the weights (weighted AIMD);
-//  - never below floor_percent of the solo rate (no starvation).
+//  - never below floor_percent of the solo rate (no starvation). A class
+//    that has never run alone takes the most it moved unthrottled beside
+//    the higher class as its solo rate until it does.
 // docs/ARCHITECTURE.md ("QoS: the control law") says which published
 // scheme each constant follows.
 //
@@ -65,7 +67,13 @@ class RateControl {
       bucket_.reset(now);
       return;
     }
-    const uint64_t solo = std::max(solo_, std::max(measured, kMinRate));
+    // Until the class has run alone, what it moved unthrottled beside the
+    // higher class stands in for its solo rate: relative to the throttled
+    // rate itself, the floor and the additive step would shrink with every
+    // cut, down to kMinRate.
+    if (!throttled_ && measured > shared_) shared_ = measured;
+    const uint64_t known = solo_ != 0 ? solo_ : shared_;
+    const uint64_t solo = std::max(known, std::max(measured, kMinRate));
     const uint64_t floor = std::max(kMinRate, solo / 100 * floor_percent_);
     floor_ = floor;
     if (!throttled_) {
@@ -134,6 +142,7 @@ class RateControl {
   uint64_t rate_ = kUnlimited;
   uint64_t floor_ = 0;  // the floor of the last throttled update
   uint64_t solo_ = 0;
+  uint64_t shared_ = 0;  // the most it moved in an unthrottled interval beside a higher class
   TokenBucket bucket_;
   uint64_t throttles_ = 0, decreases_ = 0, recoveries_ = 0;
 };

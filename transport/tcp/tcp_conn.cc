@@ -82,9 +82,19 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   auto got = g.add(wrs, t_->caps_.max_msg);
   if (!got) return got;
   const bool defer = wrs[0].flags & kWrDeferred;
+  const bool must_queue = wrs[0].flags & kWrMustQueue;
   const bool cork = defer || (g.more && g.total <= kCorkFrameMax);
+  // A large deferred post is always queued: it is copied before the lock,
+  // so that its poster, preempted mid-copy (it runs idle), holds no lock
+  // that another thread's post would wait on. Back-pressure is asked first,
+  // so a refused post copies nothing.
+  std::string copy;
+  if (defer && g.total > kCorkFrameMax) {
+    if (over_queue_limit(must_queue)) return size_t{0};
+    copy = g.copy_from(0);
+  }
   for (;;) {
-    switch (queue_or_claim(g, cork, defer, wrs[0].flags & kWrMustQueue)) {
+    switch (queue_or_claim(g, cork, defer, must_queue, copy.empty() ? nullptr : &copy)) {
       case Claim::kQueued:
         return g.count;
       case Claim::kRefused:
@@ -128,7 +138,8 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
 // they end (kDrain: they would take it past kCorkHoldMax). Deferred frames
 // (kWrDeferred) are held like corked ones, of any size, and never make the
 // caller the sender: flush() sends them.
-Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue) {
+Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue,
+                                 std::string* copy) {
   bool list_cork = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -137,7 +148,7 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool mu
       return Claim::kRefused;
     }
     if (cork && corked_ && !sending_) {  // we join the held batch
-      hold(g);
+      hold(g, copy);
       if (defer || queued_ <= kCorkHoldMax) return Claim::kQueued;
       corked_ = false;
       sending_ = true;
@@ -145,7 +156,7 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool mu
     }
     if (sending_ || (!outq_.empty() && !corked_)) {
       // Someone sends (or EPOLLOUT will): queue a copy.
-      outq_.push_back(g.copy_from(0));
+      outq_.push_back(copy != nullptr ? std::move(*copy) : g.copy_from(0));
       queued_ += g.total;
       return Claim::kQueued;
     }
@@ -155,7 +166,7 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool mu
     }
     // The socket is idle: hold the frames until a post without kWrMore or
     // flush(), which send the whole batch with one system call.
-    hold(g);
+    hold(g, copy);
     corked_ = true;
     list_cork = !cork_listed_;
     cork_listed_ = true;
@@ -170,17 +181,27 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool mu
 // Held frames (mu_ held, nobody sending, so no drain points into outq_):
 // the batch is one string, appended to; a new batch starts in the spare
 // buffer a drain left, so a stream of held frames allocates nothing. A
-// large (deferred) post starts a string of its own rather than growing
-// the batch's by copying it again.
-void Conn::hold(const Gather& g) {
-  if (!corked_ || outq_.empty() || g.total > kCorkFrameMax) {
+// frame copied already (`copy`) is queued as it is, and a batch never
+// grows past its buffer's capacity (that would copy it again): a frame
+// that does not fit starts a new one.
+void Conn::hold(const Gather& g, std::string* copy) {
+  queued_ += g.total;
+  if (copy != nullptr) {
+    outq_.push_back(std::move(*copy));
+    return;
+  }
+  if (!corked_ || outq_.empty() || outq_.back().size() + g.total > outq_.back().capacity()) {
     std::string b = std::move(spare_);
     b.clear();
     b.reserve(std::max(kCorkHoldMax, g.total));
     outq_.push_back(std::move(b));
   }
   g.append_to(&outq_.back());
-  queued_ += g.total;
+}
+
+bool Conn::over_queue_limit(bool must_queue) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !must_queue && queued_ > t_->config_.max_queued_bytes;
 }
 
 void Conn::flush_cork() {

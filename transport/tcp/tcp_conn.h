@@ -98,9 +98,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
  private:
   Result<size_t> post_frames(std::span<const WorkRequest> wrs);
   enum class Claim : uint8_t { kQueued, kRefused, kSend, kDrain };
-  Claim queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue);
+  Claim queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue, std::string* copy);
+  bool over_queue_limit(bool must_queue);
   void drain();  // caller holds the sending role
-  void hold(const Gather& g);
+  void hold(const Gather& g, std::string* copy = nullptr);
   ssize_t send_iov(const iovec* iov, int n) {
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(iov);

@@ -72,6 +72,32 @@ TEST(RateControl, RecoversAdditivelyThenStopsThrottling) {
   EXPECT_EQ(rc.rate(), RateControl::kUnlimited);
 }
 
+// A class that never ran alone (a higher class active from the start, as
+// two tenants started together) has no solo rate yet: what it moved
+// unthrottled beside the higher class stands in for it. Without that, the
+// floor and the additive step were fractions of the throttled rate itself,
+// and sustained congestion took the class down to kMinRate for good.
+TEST(RateControl, AClassThatNeverRanAloneKeepsItsFloorAndRecovers) {
+  uint64_t now = 0;
+  RateControl rc(5);
+  rc.update(now += kT, kT, kPerInterval, true, false);  // unthrottled, beside the higher class
+  EXPECT_FALSE(rc.throttled());
+  for (int i = 0; i < 100; ++i) {
+    // Congested throughout; the class moves what its bucket lets through.
+    const uint64_t moved = rc.throttled() ? rc.rate() / (1'000'000'000 / kT) : kPerInterval;
+    rc.update(now += kT, kT, moved, true, true);
+    ASSERT_TRUE(rc.throttled());
+  }
+  EXPECT_NEAR(static_cast<double>(rc.rate()), kSolo / 20.0, kSolo * 0.01);  // 5% of it
+  int steps = 0;
+  while (rc.throttled() && steps < 100) {
+    rc.update(now += kT, kT, rc.rate() / (1'000'000'000 / kT), true, false);
+    ++steps;
+  }
+  EXPECT_FALSE(rc.throttled());
+  EXPECT_LE(steps, 17);  // back in at most kIncreaseSteps intervals
+}
+
 TEST(RateControl, HigherClassGoingIdleEndsThrottlingAtOnce) {
   uint64_t now = 0;
   RateControl rc = warmed(&now);
