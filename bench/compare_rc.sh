@@ -10,6 +10,12 @@
 # S = 64 KiB and 1 MiB, all in decimal MB/s (perftest's MB/sec and UCX's MB/s are
 # 2^20 bytes a second: converted).
 #
+# MODE connect measures reaching a new peer instead, ITERS tries a round: bench/rdma_cm_connect
+# (a warm process's new rdma_cm connection to a server process started for it, and its first
+# SEND and answer; device, PD, CQ and buffer already made on both sides) against ltier-perf
+# --new-peer (a warm engine's first LT_RPC to a node that just joined, its rc connection
+# included), microseconds, p50 of each round's tries.
+#
 # Every round runs, 8-byte messages, in an order that alternates between rounds:
 #   perftest      ib_read_lat, ib_write_lat, ib_atomic_lat, ib_send_lat, and ib_send_lat
 #                 -c UD (send_ud) (half round trip); with them bench/rc_imm_lat (raw
@@ -111,6 +117,21 @@ run_ltier_bw() {
                   print "ltier-perf " o[2] "_bw:" z[2], m[2] }'
 }
 
+# connect mode: ITERS connections of a warm process, p50 in microseconds.
+run_cm_connect() {
+  local v
+  v=$(timeout 600 "$BUILD/bench/rdma_cm_connect" --tries "$ITERS" "$IP" 2>&1 |
+    awk '/^connect / { split($5, p, "="); print p[2] }')
+  echo "raw cm_connect ${v:-NA}"
+}
+
+run_ltier_new_peer() {
+  local v
+  v=$(LTIER_TRANSPORTS=rc,tcp timeout 600 "$PERF" --ops rpc --sizes 8 --iters 100 --new-peer \
+    --join-tries "$ITERS" 2>&1 | awk '/^newpeer / { split($4, p, "="); print p[2] }')
+  echo "ltier-perf newpeer_rpc ${v:-NA}"
+}
+
 have_ucx=1
 command -v ucx_perftest >/dev/null || have_ucx=0
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -127,12 +148,16 @@ for ((r = 1; r <= ROUNDS; r++)); do
       bw:perftest) for s in 65536 1048576; do run_perftest_bw $s; done ;;
       bw:ucx) ((have_ucx)) && for s in 65536 1048576; do run_ucx_bw $s; done ;;
       bw:ltier) run_ltier_bw ;;
+      connect:perftest) [[ -x $BUILD/bench/rdma_cm_connect ]] && run_cm_connect ;;
+      connect:ltier) run_ltier_new_peer ;;
     esac
   done | tee -a "$RAW/all" | sed "s/^/round $r: /"
 done
 
 if [[ $MODE == bw ]]; then
   echo "== medians over $ROUNDS rounds, decimal MB/s (point: op_bw:size)"
+elif [[ $MODE == connect ]]; then
+  echo "== medians over $ROUNDS rounds of the p50 of $ITERS new peers each, microseconds"
 else
   echo "== medians over $ROUNDS rounds, $ITERS iterations, 8 B, microseconds"
   echo "   (perftest, raw, put_lat, am_lat: half round trip; get, fadd, ltier-perf: round trip)"

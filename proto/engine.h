@@ -425,7 +425,7 @@ class Engine {
   Status ring_write(NodeId to, uint64_t rkey, uint32_t slot, uint32_t imm, const void* hdr,
                     size_t hlen, const void* data, size_t dlen, bool reply);
   bool rpc_by_ring(Request* r, ReqId id, NodeId node, const RpcReq& q, const void* in,
-                   size_t in_len, Status* s);
+                   size_t in_len, Status* s, bool* ask);
   bool reply_by_ring(NodeId to, int slot, const MsgHeader& rh, const std::byte* data, size_t n);
   void handle_ring(NodeId from, uint32_t imm);
   void ring_done(NodeId from, uint64_t req_id, int hint = -1);

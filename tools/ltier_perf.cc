@@ -9,6 +9,8 @@
 //   join op=first_op p50_us=X p90_us=Y                  (fresh process: LT_join
 //        start to its first completed operation on a peer, an LT_malloc)
 //   join op=after_join p50_us=X p90_us=Y                (LT_join return to it)
+//   newpeer op=first_rpc tries=N p50_us=X p90_us=Y      (--new-peer: this warm engine's
+//        first LT_RPC to a node that just joined, its connection included)
 //
 //   lat op=fetch_add size=8 iters=N p50_us=X p99_us=Y  (LT_fetch_add round trip)
 //   lat op=rpc size=S iters=N p50_us=X p99_us=Y        (LT_RPC echo, S bytes each way)
@@ -26,7 +28,7 @@
 //
 //   ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,rpc_loop,send,burst]
 //              [--sizes 8,4096,65536,1048576] [--iters N] [--warmup N] [--bw]
-//              [--window W] [--join] [--join-tries N] [--dump PREFIX]
+//              [--window W] [--join] [--join-tries N] [--new-peer] [--dump PREFIX]
 //
 // --dump PREFIX writes each latency run's samples to PREFIX.OP.SIZE (µs, one
 // per line, in the order taken).
@@ -84,7 +86,7 @@ using namespace ltier_perf;
 constexpr const char* kUsage =
     "usage: ltier-perf [--ops read,write,fetch_add,rpc,rpc_rate,rpc_loop,send,burst] "
     "[--sizes 8,4096,...] [--iters N] [--warmup N] [--bw] [--window W] [--join] "
-    "[--join-tries N] [--dump PREFIX]\n";
+    "[--join-tries N] [--new-peer] [--dump PREFIX]\n";
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;
@@ -99,8 +101,8 @@ std::vector<std::string> split(const std::string& s) {
 struct Options {
   std::vector<std::string> ops = {"read", "write"};
   Run run;
-  bool join = false;
-  int join_tries = 30;
+  bool join = false, new_peer = false;
+  int join_tries = 30;  // also the number of new peers
 };
 
 // The command line into *o; false (usage printed) on a bad one.
@@ -134,6 +136,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->run.bw = true;
     } else if (a == "--join") {
       o->join = true;
+    } else if (a == "--new-peer") {
+      o->new_peer = true;
     } else {
       fputs(kUsage, stderr);
       return false;
@@ -198,6 +202,7 @@ int main(int argc, char** argv) {
     }
   }
   if (o.join) run_join(maddr, manager.secret(), r.peer, o.join_tries);
+  if (o.new_peer) run_new_peer(r.e, maddr, manager.secret(), o.join_tries);
   LT_free(r.e, r.h);
   LT_leave(r.e);
   close(stop_server);

@@ -37,7 +37,8 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
   (*r)->rpc_len = out_len;
   RpcReq q{make_header(MsgOp::kRpcReq, id), func_id, static_cast<uint32_t>(used)};
   // Into the server's ring for us where there is one (rpc/rpc_ring.cc).
-  if (Status s; rpc_by_ring(*r, id, node, q, in, in_len, &s)) {
+  bool ask = false;
+  if (Status s; rpc_by_ring(*r, id, node, q, in, in_len, &s, &ask)) {
     if (!s.is_ok()) credits_.untake_rpc(node);
     return s.is_ok() ? Result<ReqId>(id) : Result<ReqId>(s);
   }
@@ -51,6 +52,7 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
     credits_.untake_rpc(node);
     return s;
   }
+  if (ask) ask_ring(node);
   return id;
 }
 

@@ -139,13 +139,16 @@ Status Engine::ring_write(NodeId to, uint64_t rkey, uint32_t slot, uint32_t imm,
 }
 
 // A call into `node`'s ring when one is ready and has a free slot; false:
-// send it as a message (ask_ring has been called).
+// send it as a message, and then (*ask) ask for the ring. The call goes
+// first: a new server serves it before it makes the ring (a registration
+// there, for its first ring), and this side makes its own while the call is
+// on its way.
 bool Engine::rpc_by_ring(Request* r, ReqId id, NodeId node, const RpcReq& q, const void* in,
-                         size_t in_len, Status* s) {
+                         size_t in_len, Status* s, bool* ask) {
   RingSide* o = rings_.find_out(node);
   if (o == nullptr || o->node.load(std::memory_order_acquire) != node ||
       o->state.load(std::memory_order_acquire) != RingSide::kReady) {
-    ask_ring(node);
+    *ask = true;
     return false;
   }
   if (kRingPrefix + sizeof(q) + in_len > kRingSlotBytes || o->via != peers_.via(node)) return false;

@@ -64,6 +64,9 @@ int join_trial_main(const std::string& manager, const std::string& secret, lt_no
 pid_t start_server(const std::string& manager, const std::string& secret, bool loop, int* stop_fd);
 lt_node_t wait_for_peer(lt_engine_t* e);
 void run_join(const std::string& manager, const std::string& secret, lt_node_t server, int tries);
+/// `tries` fresh nodes, each started, seen by `e`, called once (an 8 B LT_RPC
+/// echo, timed: the first operation on a new peer), and stopped.
+void run_new_peer(lt_engine_t* e, const std::string& manager, const std::string& secret, int tries);
 
 // ---- ops.cc
 /// What every measurement gets: the engine, the server node, an LMR of

@@ -2,6 +2,7 @@
 // --serve-node) and its fresh-process join trials.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -191,6 +192,68 @@ void run_join(const std::string& manager, const std::string& secret, lt_node_t s
   }
   printf("join op=first_op p50_us=%.2f p90_us=%.2f\n", pct(first, 50), pct(first, 90));
   printf("join op=after_join p50_us=%.2f p90_us=%.2f\n", pct(after, 50), pct(after, 90));
+}
+
+// A node id this engine sees that is not in `known`, waiting up to 5 s.
+lt_node_t wait_for_new_node(lt_engine_t* e, const std::vector<lt_node_t>& known) {
+  for (int i = 0; i < 5000; ++i) {
+    lt_node_t ids[64];
+    size_t n = 0;
+    LT_nodes(e, ids, 64, &n);
+    for (size_t k = 0; k < n && k < 64; ++k) {
+      if (ids[k] != LT_node_id(e) && std::find(known.begin(), known.end(), ids[k]) == known.end()) {
+        return ids[k];
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return 0;
+}
+
+// A warm engine's first operation on a node it has never talked to, the
+// like-for-like peer of a warm process's new rdma_cm connection: a fresh
+// server node starts and joins; once this engine sees it and it has had
+// kSettleMs to finish starting (as an rdma_cm server listens before its
+// client connects), the first 8 B LT_RPC echo to it is timed, the
+// connection to it included. Then the node is stopped.
+void run_new_peer(lt_engine_t* e, const std::string& manager, const std::string& secret,
+                  int tries) {
+  constexpr int kSettleMs = 200;
+  std::vector<lt_node_t> known;
+  {
+    lt_node_t ids[64];
+    size_t n = 0;
+    LT_nodes(e, ids, 64, &n);
+    known.assign(ids, ids + std::min<size_t>(n, 64));
+  }
+  std::vector<double> first;
+  for (int t = 0; t < tries; ++t) {
+    int stop_fd = -1;
+    pid_t pid = start_server(manager, secret, false, &stop_fd);
+    lt_node_t node = wait_for_new_node(e, known);
+    if (node == 0) {
+      fprintf(stderr, "ltier-perf: a new server node never joined\n");
+      close(stop_fd);
+      waitpid(pid, nullptr, 0);
+      break;
+    }
+    known.push_back(node);
+    std::this_thread::sleep_for(std::chrono::milliseconds(kSettleMs));
+    char in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8] = {};
+    size_t got = 0;
+    auto t0 = Clock::now();
+    int rc = LT_RPC(e, node, kEchoFunc, in, sizeof(in), out, sizeof(out), &got);
+    const double us = us_since(t0);
+    if (rc != 0 || got != sizeof(in) || std::memcmp(in, out, sizeof(in)) != 0) {
+      fprintf(stderr, "ltier-perf: first RPC to a new node failed: %d\n", rc);
+    } else {
+      first.push_back(us);
+    }
+    close(stop_fd);
+    waitpid(pid, nullptr, 0);
+  }
+  printf("newpeer op=first_rpc tries=%zu p50_us=%.2f p90_us=%.2f\n", first.size(), pct(first, 50),
+         pct(first, 90));
 }
 
 }  // namespace ltier_perf

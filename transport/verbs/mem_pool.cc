@@ -188,6 +188,26 @@ Result<MemRegion> MemPools::alloc(size_t len) {
   return MemRegion{pool->base + first * kPage, pages * kPage, pool->mr->lkey, rkey};
 }
 
+Status MemPools::reserve(size_t len, uint32_t count) {
+  if (len == 0 || count == 0) return Status::ok();
+  const uint64_t pages = (len + kPage - 1) / kPage;
+  if (pages * kPage > pool_bytes_) return Status::ok();
+  std::lock_guard<std::mutex> g(mu_);
+  reap(now_ns());
+  uint64_t fit = 0;
+  for (auto& p : pools_) {
+    if (p->dedicated || p->mr == nullptr) continue;
+    for (const auto& [first, n] : p->free_pages) fit += n / pages;
+  }
+  if (fit >= count) return Status::ok();
+  const size_t need = (count - fit) * pages * kPage;
+  const size_t size = std::min(pool_bytes_, std::max(next_pool_bytes_, need));
+  auto p = add_pool(size, false);
+  if (!p) return p.status();
+  next_pool_bytes_ = std::min(pool_bytes_, size * 2);
+  return Status::ok();
+}
+
 void MemPools::reap(uint64_t now) {
   while (!quarantine_.empty() && now - quarantine_.front().since_ns > kQuarantineNs) {
     const Quarantined& q = quarantine_.front();

@@ -72,6 +72,12 @@ class MemPools {
   /// system refuses the memory or the registration.
   Result<MemRegion> alloc(size_t len);
   void free(const MemRegion& r);
+  /// Makes sure `count` more slices of `len` bytes fit in the registered
+  /// pools, registering the next pool now if they do not: room made ahead
+  /// of need, so that a new peer's first contact registers nothing. A
+  /// slice larger than a pool gets its own registration when allocated,
+  /// and is not reserved. kNoMemory as alloc().
+  Status reserve(size_t len, uint32_t count);
   /// Registers `mem` (page-aligned memory this object does not own) as a
   /// dedicated registration: the returned region's rkey reaches it as one
   /// from alloc() does. kInvalidArg when `mem` is not page-aligned,

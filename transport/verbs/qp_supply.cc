@@ -102,9 +102,22 @@ void VerbsTransport::count_qp(bool message_cq) {
   cq_limit_.store(dev_->cq_entries() - margin, std::memory_order_relaxed);
 }
 
-// Keeps a connection's QPs (K + R, on their CQs) made ahead, so a new peer's first operation pays
-// the exchange and the state changes, not QP creation. The poller's, when idle.
+// Keeps a connection's QPs (K + R, on their CQs) and the registered memory of
+// its channels made ahead, so a new peer's first operation pays the exchange
+// and the state changes, not QP creation or a registration (a registration
+// pins and zeroes its pages: milliseconds for a few MiB). The poller's, when
+// idle.
 void VerbsTransport::refill_spares() {
+  refill_qps();
+  // A message channel takes a send ring, a one-sided one a bounce buffer,
+  // and with no one-sided channels (R = 0) each of the K takes both: room
+  // for that many slices of the larger size (make_channel).
+  const uint32_t k = config_.qps_per_peer, r = config_.rdma_qps_per_peer;
+  const size_t slice = std::max(config_.send_ring_bytes, config_.bounce_bytes);
+  (void)local_pools_->reserve(slice, r == 0 ? 2 * k : k + r);
+}
+
+void VerbsTransport::refill_qps() {
   for (bool onesided : {false, true}) {
     const uint32_t want = onesided ? config_.rdma_qps_per_peer : config_.qps_per_peer;
     for (;;) {

@@ -160,6 +160,7 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
   const uint32_t k = config_.qps_per_peer;
   const uint32_t r = config_.rdma_qps_per_peer;
   if (!qp_budget_allows(k + r)) return Code::kNoResource;
+  const uint64_t t0 = now_ns();
   auto fd = net::connect_tcp(addr, d);
   if (!fd) return fd.status();
   auto conn = std::make_shared<VerbsConn>(this, std::move(*fd), peer.node);
@@ -174,6 +175,7 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
     return Status(code);
   };
   if (Status s = make_channels(conn.get(), k, r); !s.is_ok()) return fail(s.code());
+  const uint64_t t1 = now_ns();
   for (uint32_t i = 0; i < k + r; ++i) req.qp[i] = to_wire(conn->channels_[i]->qp().local());
   if (!net::write_all(conn->fd(), &req, sizeof(req), d).is_ok()) return fail(Code::kPeerDown);
   ConnectReply rep{};
@@ -187,11 +189,17 @@ Result<std::shared_ptr<VerbsConn>> VerbsTransport::dial(const PeerInfo& peer, De
     LT_WARN("rc: node %u refused the QP exchange (status %u)", peer.node, rep.status);
     return fail(Code::kPeerDown);
   }
+  const uint64_t t2 = now_ns();
   std::string why;
   if (!connect_channels(conn.get(), rep, &why).is_ok()) {
     LT_ERROR("rc: connecting to node %u: %s", peer.node, why.c_str());
     return fail(Code::kPeerDown);
   }
+  const uint64_t t3 = now_ns();
+  LT_DEBUG(
+      "rc: connected to node %u in %.2f ms (socket and channels %.2f, exchange %.2f, "
+      "QP state changes %.2f)",
+      peer.node, (t3 - t0) / 1e6, (t1 - t0) / 1e6, (t2 - t1) / 1e6, (t3 - t2) / 1e6);
   add_channels(conn.get());  // before the peer may send: it waits for kReady
   const uint8_t ready = kReady;
   if (!net::write_all(conn->fd(), &ready, 1, d).is_ok()) {
@@ -322,6 +330,7 @@ bool VerbsTransport::answer_request(VerbsConn* c) {
     return false;
   }
   c->peer_.store(req.hello.node);
+  const uint64_t t0 = now_ns();
   // The dialer's layout is the connection's: K and R may differ by node.
   const uint32_t n = req.count + req.rdma_count;
   ConnectReply rep{};
@@ -334,6 +343,7 @@ bool VerbsTransport::answer_request(VerbsConn* c) {
       rep.status = static_cast<uint32_t>(s.code());
     }
   }
+  const uint64_t t1 = now_ns();
   std::string why;
   if (rep.status == 0) {
     for (uint32_t i = 0; i < n; ++i) {
@@ -350,6 +360,9 @@ bool VerbsTransport::answer_request(VerbsConn* c) {
   // The socket is fresh and the reply small: the kernel takes it at once.
   const bool sent =
       ::send(c->fd(), &rep, sizeof(rep), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(rep));
+  const uint64_t t2 = now_ns();
+  LT_DEBUG("rc: answered node %u in %.2f ms (channels %.2f, QP state changes %.2f)", req.hello.node,
+           (t2 - t0) / 1e6, (t1 - t0) / 1e6, (t2 - t1) / 1e6);
   return sent && rep.status == 0;
 }
 

@@ -147,6 +147,7 @@ class VerbsTransport final : public Transport {
   void add_channels(VerbsConn* c);
   void remove_channels(VerbsConn* c);
   void refill_spares();
+  void refill_qps();
   // One more QP; `message_cq`: on the send CQ, which grows with them.
   void count_qp(bool message_cq = true);
   void poll_cq(ibv_cq* cq, SpinLock& mu);
