@@ -16,10 +16,10 @@
 // reply that never comes (its connection broke before the request landed)
 // keeps its slot: calls then use messages, never wait for a slot.
 //
-// Set-up is one exchange of messages, on the first call to a server: the
-// client makes its reply ring and sends kRpcRingReq (its key); the server
-// makes the client's request ring and answers kRpcRingOffer (its key). Calls
-// meanwhile go as messages. Rings live as long as the engine and are reused
+// Set-up is one exchange of messages, after the first call to a server
+// (which goes as a message first): the client makes its reply ring and
+// sends kRpcRingReq (its key); the server makes the client's request ring
+// and answers kRpcRingOffer (its key). Calls meanwhile go as messages. Rings live as long as the engine and are reused
 // by the next node in the same node slot; they are forgotten (made unusable)
 // when their node is declared down or a newer node takes its slot.
 //

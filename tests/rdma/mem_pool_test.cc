@@ -80,5 +80,26 @@ TEST_F(Pools, AFirstPoolAboveThePoolSizeIsThePoolSize) {
   p.free(b);
 }
 
+// Room made ahead (the poller's, for a new peer's channels and first LMR):
+// reserve() registers a pool only when the slices asked for do not fit, and
+// the allocations it made room for then register nothing.
+TEST_F(Pools, ReserveRegistersAheadOnlyWhatDoesNotFit) {
+  MemPools p(*dev_, 16 * kMiB, -1, false, kMiB);
+  EXPECT_TRUE(p.reserve(256 * 1024, 3).is_ok());
+  EXPECT_EQ(p.registrations(), 1u);  // the first pool, 1 MiB: four slices fit
+  EXPECT_TRUE(p.reserve(256 * 1024, 4).is_ok());
+  EXPECT_EQ(p.registrations(), 1u);
+  MemRegion a = take(p, 256 * 1024), b = take(p, 256 * 1024), c = take(p, 256 * 1024);
+  EXPECT_EQ(p.registrations(), 1u);  // made ahead: nothing registered now
+  EXPECT_TRUE(p.reserve(256 * 1024, 3).is_ok());
+  EXPECT_EQ(p.registrations(), 2u);  // one slice was left: the next pool (2 MiB)
+  MemRegion d = take(p, 256 * 1024), e = take(p, 256 * 1024), f = take(p, 256 * 1024);
+  EXPECT_EQ(p.registrations(), 2u);
+  EXPECT_TRUE(p.reserve(64 * kMiB, 1).is_ok());  // larger than a pool: its own, when taken
+  EXPECT_TRUE(p.reserve(4096, 0).is_ok());
+  EXPECT_EQ(p.registrations(), 2u);
+  for (const MemRegion& r : {a, b, c, d, e, f}) p.free(r);
+}
+
 }  // namespace
 }  // namespace lt::transport::verbs

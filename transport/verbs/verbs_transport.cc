@@ -227,6 +227,7 @@ void VerbsTransport::set_identity(NodeId self, uint64_t cluster_token, const Mac
 Result<MemRegion> VerbsTransport::alloc_memory(size_t len, Access a) {
   (void)a;  // pools are registered with every right; proto checks rights on handles
   if (len == 0) return Code::kInvalidArg;
+  refill_due_.store(true, std::memory_order_relaxed);  // keep the headroom (refill_spares)
   return pools_->alloc(len);
 }
 
@@ -439,7 +440,9 @@ size_t VerbsTransport::poll(std::span<Completion> out) {
     idle_ = false;
   } else if (!idle_) {
     idle_ = true;
-    refill_spares();
+    if (refill_due_.load(std::memory_order_relaxed) && refill_due_.exchange(false)) {
+      refill_spares();
+    }
   }
   return n;
 }

@@ -146,6 +146,9 @@ class VerbsTransport final : public Transport {
   void abandon(const std::shared_ptr<VerbsConn>& c);
   void add_channels(VerbsConn* c);
   void remove_channels(VerbsConn* c);
+  // LMR room the poller keeps registered ahead (refill_spares): a few small
+  // LMRs, or proto's RPC ring for one peer (128 KiB).
+  static constexpr size_t kLmrHeadroomBytes = 256u << 10;
   void refill_spares();
   void refill_qps();
   // One more QP; `message_cq`: on the send CQ, which grows with them.
@@ -249,6 +252,9 @@ class VerbsTransport final : public Transport {
   static constexpr uint64_t kDeadChannelNs = 10'000'000'000ull;
   std::vector<DeadChannel> dead_channels_;
   bool idle_ = false;  // the last poll found nothing (spares are refilled on the way in)
+  // Something took spare QPs or registered room since the last refill: the
+  // poller's next turn to idle refills (one relaxed load otherwise).
+  std::atomic<bool> refill_due_{true};
   uint64_t next_sweep_ns_ = 0;
 
   std::mutex backlog_mu_;
