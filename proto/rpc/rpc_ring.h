@@ -19,9 +19,10 @@
 // Set-up is one exchange of messages, after the first call to a server
 // (which goes as a message first): the client makes its reply ring and
 // sends kRpcRingReq (its key); the server makes the client's request ring
-// and answers kRpcRingOffer (its key). Calls meanwhile go as messages. Rings live as long as the engine and are reused
-// by the next node in the same node slot; they are forgotten (made unusable)
-// when their node is declared down or a newer node takes its slot.
+// and answers kRpcRingOffer (its key). Calls meanwhile go as messages.
+// Rings live as long as the engine and are reused by the next node in the
+// same node slot; they are forgotten (made unusable) when their node is
+// declared down or a newer node takes its slot.
 //
 // Thread contract: set-up and forget take the side's mutex; the hot path
 // reads `state` (acquire) and then the fields it publishes, and takes slots
