@@ -15,7 +15,7 @@ namespace lt::transport::verbs {
 Result<std::unique_ptr<Channel>> VerbsTransport::make_channel(VerbsConn* conn, ChannelRole role) {
   // One-sided channels complete on the one-sided CQ (onesided_cq.h).
   const bool onesided = role == ChannelRole::kOneSided;
-  refill_due_.store(true, std::memory_order_relaxed);  // spares and room are taken now
+  want_refill();  // spares and room are taken now
   std::unique_ptr<RcQp> qp;
   {
     std::lock_guard<std::mutex> g(spare_mu_);
@@ -106,8 +106,10 @@ void VerbsTransport::count_qp(bool message_cq) {
 // Keeps a connection's QPs (K + R, on their CQs) and the registered memory of
 // its channels made ahead, so a new peer's first operation pays the exchange
 // and the state changes, not QP creation or a registration (a registration
-// pins and zeroes its pages: milliseconds for a few MiB). The poller's, on
-// its way to idle after something took them (refill_due_).
+// pins and zeroes its pages: milliseconds for a few MiB). The control
+// thread's, at its start and after something took them (want_refill): the
+// poller would stop taking completions meanwhile, and a peer's sends would
+// wait for receive buffers it does not repost.
 void VerbsTransport::refill_spares() {
   refill_qps();
   // A message channel takes a send ring, a one-sided one a bounce buffer,
@@ -119,6 +121,10 @@ void VerbsTransport::refill_spares() {
   // And the first LMR pool, so that a node's first LMR, or the RPC ring a
   // new peer's first call asks for, registers nothing either.
   (void)pools_->reserve(kLmrHeadroomBytes, 1);
+}
+
+void VerbsTransport::want_refill() {
+  if (!refill_due_.exchange(true)) net::ring_eventfd(ctl_refill_.get());
 }
 
 void VerbsTransport::refill_qps() {

@@ -5,7 +5,9 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/log.h"
 #include "common/time.h"
@@ -215,6 +217,11 @@ Result<std::unique_ptr<Endpoint>> VerbsTransport::connect(const PeerInfo& peer, 
     return std::unique_ptr<Endpoint>(new ConnEndpoint<VerbsConn>(c));
   }
   const Deadline mine = Deadline::after_ms(config_.connect_timeout_ms);
+  if (await_answered(peer.node, mine.at_ns() < d.at_ns() ? mine : d)) {
+    if (auto c = conns_.serving(peer.node)) {
+      return std::unique_ptr<Endpoint>(new ConnEndpoint<VerbsConn>(c));
+    }
+  }
   auto conn = dial(peer, mine.at_ns() < d.at_ns() ? mine : d);
   if (!conn) return conn.status();
   VerbsConn* raw = conn->get();
@@ -258,17 +265,49 @@ void VerbsTransport::unwatch(VerbsConn* c) {
   std::lock_guard<std::mutex> g(watch_mu_);
   epoll_ctl(ctl_epfd_.get(), EPOLL_CTL_DEL, c->fd(), nullptr);
   watched_.erase(c);
+  if (c->state_ == VerbsConn::State::kAwaitReady) end_exchange_locked(c->peer());
 }
 
-// Asleep in epoll but for set-up: accepts, answers exchanges, and turns EOF
-// on a socket into a broken connection for the poller. A connection it
-// watches stays alive until it lets go (after the poller closed it).
+void VerbsTransport::end_exchange_locked(NodeId node) {
+  auto it = answered_.find(node);
+  if (it != answered_.end()) answered_.erase(it);
+}
+
+// The node dialed us and we answered: its kReady is on its way, and its
+// first messages may be served before the control thread reads it. A
+// connection to it then waits for that one (bounded) rather than dialing a
+// second.
+bool VerbsTransport::await_answered(NodeId node, Deadline d) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(watch_mu_);
+      if (answered_.count(node) == 0) return true;
+    }
+    if (d.expired()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Asleep in epoll but for set-up: accepts, answers exchanges, makes spare
+// QPs and registered room ahead (refill_spares), and turns EOF on a socket
+// into a broken connection for the poller. A connection it watches stays
+// alive until it lets go (after the poller closed it). Refills wait while an
+// exchange is under way: a dialer's kReady read late would let its first
+// messages be served before the connection serves the node, and an answer
+// to them would dial the node a second time.
 void VerbsTransport::control_loop() {
   epoll_event evs[16];
   for (;;) {
+    if (refill_due_.load() && !exchanges_under_way() && refill_due_.exchange(false)) {
+      refill_spares();
+    }
     int k = ::epoll_wait(ctl_epfd_.get(), evs, 16, 1000);
     for (int i = 0; i < k; ++i) {
       if (evs[i].data.u64 == kStopTag) return;
+      if (evs[i].data.u64 == kRefillTag) {
+        net::drain_eventfd(ctl_refill_.get());
+        continue;
+      }
       if (evs[i].data.u64 == kListenTag) {
         accept_all();
         continue;
@@ -294,6 +333,16 @@ void VerbsTransport::control_loop() {
     }
     for (auto& c : stale) abandon(c);
   }
+}
+
+// Whether an accepted connection is still in its exchange (the control
+// thread's: it alone moves state_).
+bool VerbsTransport::exchanges_under_way() {
+  std::lock_guard<std::mutex> g(watch_mu_);
+  for (auto& [p, c] : watched_) {
+    if (c->state_ != VerbsConn::State::kReady) return true;
+  }
+  return false;
 }
 
 // An accepted connection that never became ready. Channels it made may be
@@ -356,7 +405,14 @@ bool VerbsTransport::answer_request(VerbsConn* c) {
       rep.qp[i] = to_wire(c->channels_[i]->qp().local());
     }
   }
-  if (rep.status == 0) add_channels(c);  // before the answer: the dialer may send at once
+  if (rep.status == 0) {
+    add_channels(c);  // before the answer: the dialer may send at once
+    // And awaited before the answer: its first messages may be served
+    // before we read its kReady (await_answered).
+    std::lock_guard<std::mutex> g(watch_mu_);
+    c->state_ = VerbsConn::State::kAwaitReady;
+    answered_.insert(c->peer());
+  }
   // The socket is fresh and the reply small: the kernel takes it at once.
   const bool sent =
       ::send(c->fd(), &rep, sizeof(rep), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(rep));
@@ -372,8 +428,7 @@ void VerbsTransport::on_control(const std::shared_ptr<VerbsConn>& c, uint32_t ev
     ConnectRequest peek;
     ssize_t r = ::recv(raw->fd(), &peek, sizeof(peek), MSG_PEEK | MSG_DONTWAIT);
     if (r == static_cast<ssize_t>(sizeof(peek))) {
-      if (!answer_request(raw)) return abandon(c);
-      raw->state_ = VerbsConn::State::kAwaitReady;
+      if (!answer_request(raw)) return abandon(c);  // kAwaitReady once it answered
       return;
     }
     if (r > 0 && !(events & (EPOLLRDHUP | EPOLLHUP))) return;  // the rest is on its way
@@ -384,9 +439,11 @@ void VerbsTransport::on_control(const std::shared_ptr<VerbsConn>& c, uint32_t ev
     ssize_t r = ::recv(raw->fd(), &b, 1, MSG_DONTWAIT);
     if (r < 0 && errno == EAGAIN) return;
     if (r == 1 && b == kReady) {
-      raw->state_ = VerbsConn::State::kReady;
       conns_.add_accepted(c, [] { return true; });
       conns_.identify(raw, raw->peer());
+      std::lock_guard<std::mutex> g(watch_mu_);
+      raw->state_ = VerbsConn::State::kReady;
+      end_exchange_locked(raw->peer());
       return;
     }
     return abandon(c);  // no ready: the dialer gave up

@@ -147,12 +147,16 @@ Status VerbsTransport::open_control() {
   awake_fd_.reset(eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC));
   ctl_epfd_.reset(epoll_create1(EPOLL_CLOEXEC));
   ctl_stop_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!epfd_.valid() || !awake_fd_.valid() || !ctl_epfd_.valid() || !ctl_stop_.valid()) {
+  ctl_refill_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!epfd_.valid() || !awake_fd_.valid() || !ctl_epfd_.valid() || !ctl_stop_.valid() ||
+      !ctl_refill_.valid()) {
     return Code::kSys;
   }
   LT_RETURN_IF_ERROR(add_to_epoll(dev_->channel_fd(), kCqChannelTag));
   LT_RETURN_IF_ERROR(add_to_epoll(awake_fd_.get(), kAwakeFdTag));
-  for (auto [fd, tag] : {std::pair{listen_fd_.get(), kListenTag}, {ctl_stop_.get(), kStopTag}}) {
+  for (auto [fd, tag] : {std::pair{listen_fd_.get(), kListenTag},
+                         {ctl_stop_.get(), kStopTag},
+                         {ctl_refill_.get(), kRefillTag}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = tag;
@@ -227,7 +231,7 @@ void VerbsTransport::set_identity(NodeId self, uint64_t cluster_token, const Mac
 Result<MemRegion> VerbsTransport::alloc_memory(size_t len, Access a) {
   (void)a;  // pools are registered with every right; proto checks rights on handles
   if (len == 0) return Code::kInvalidArg;
-  refill_due_.store(true, std::memory_order_relaxed);  // keep the headroom (refill_spares)
+  want_refill();  // keep the headroom (refill_spares)
   return pools_->alloc(len);
 }
 
@@ -407,7 +411,6 @@ size_t VerbsTransport::poll(std::span<Completion> out) {
   if (armed_.load(std::memory_order_relaxed)) handle_events();
   poll_send_cq();
   n = done_.drain(out, n);
-  const size_t before = n;
   n = poll_recv(out, n);
   if (has_backlog_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> g(backlog_mu_);
@@ -434,14 +437,6 @@ size_t VerbsTransport::poll(std::span<Completion> out) {
     if (const uint64_t now = now_ns(); now >= next_sweep_ns_) {
       sweep_closed(false);
       next_sweep_ns_ = now + 10'000'000;
-    }
-  }
-  if (n != before || n != 0) {
-    idle_ = false;
-  } else if (!idle_) {
-    idle_ = true;
-    if (refill_due_.load(std::memory_order_relaxed) && refill_due_.exchange(false)) {
-      refill_spares();
     }
   }
   return n;

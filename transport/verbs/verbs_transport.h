@@ -36,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/config.h"
@@ -134,7 +135,8 @@ class VerbsTransport final : public Transport {
   Result<std::shared_ptr<VerbsConn>> dial(const PeerInfo& peer, Deadline d);
   bool qp_budget_allows(uint32_t k) const;
   // The control thread.
-  static constexpr uint64_t kListenTag = 1, kStopTag = 4;  // its epoll tags; others are conns
+  // Its epoll tags; others are conns.
+  static constexpr uint64_t kListenTag = 1, kRefillTag = 2, kStopTag = 4;
   // The poller's epoll tags (wait_fd()): the completion channel, the awake fd.
   static constexpr uint64_t kCqChannelTag = 2, kAwakeFdTag = 3;
   void control_loop();
@@ -146,11 +148,15 @@ class VerbsTransport final : public Transport {
   void abandon(const std::shared_ptr<VerbsConn>& c);
   void add_channels(VerbsConn* c);
   void remove_channels(VerbsConn* c);
-  // LMR room the poller keeps registered ahead (refill_spares): a few small
+  // LMR room the control thread keeps registered ahead (refill_spares): a few small
   // LMRs, or proto's RPC ring for one peer (128 KiB).
   static constexpr size_t kLmrHeadroomBytes = 256u << 10;
   void refill_spares();
   void refill_qps();
+  void want_refill();
+  bool exchanges_under_way();
+  bool await_answered(NodeId node, Deadline d);
+  void end_exchange_locked(NodeId node);  // watch_mu_ held
   // One more QP; `message_cq`: on the send CQ, which grows with them.
   void count_qp(bool message_cq = true);
   void poll_cq(ibv_cq* cq, SpinLock& mu);
@@ -179,11 +185,13 @@ class VerbsTransport final : public Transport {
   std::unique_ptr<MemPools> local_pools_;  // send rings and bounce buffers
   net::Fd listen_fd_, epfd_, awake_fd_;
   net::Fd ctl_epfd_, ctl_stop_;  // the control thread's epoll set and its stop bell
+  net::Fd ctl_refill_;           // rung when refill_due_ turns true
   std::thread control_;
   // The control thread's sockets: connections being accepted and every
   // connection whose socket it watches (kept alive while watched).
   std::mutex watch_mu_;
   std::unordered_map<VerbsConn*, std::shared_ptr<VerbsConn>> watched_;
+  std::unordered_multiset<NodeId> answered_;  // nodes whose kReady we await (watch_mu_)
   std::atomic<NodeId> self_{kNoNode};
   std::atomic<uint64_t> token_{0};
   Mac hello_key_{};
@@ -251,9 +259,8 @@ class VerbsTransport final : public Transport {
   };
   static constexpr uint64_t kDeadChannelNs = 10'000'000'000ull;
   std::vector<DeadChannel> dead_channels_;
-  bool idle_ = false;  // the last poll found nothing (spares are refilled on the way in)
   // Something took spare QPs or registered room since the last refill: the
-  // poller's next turn to idle refills (one relaxed load otherwise).
+  // control thread refills (want_refill rings it).
   std::atomic<bool> refill_due_{true};
   uint64_t next_sweep_ns_ = 0;
 
