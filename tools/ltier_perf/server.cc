@@ -162,16 +162,25 @@ pid_t start_server(const std::string& manager, const std::string& secret, bool l
   return pid;
 }
 
-lt_node_t wait_for_peer(lt_engine_t* e) {
-  for (int i = 0; i < 1000; ++i) {
-    lt_node_t ids[16];
+// A node id this engine sees that is not in `known`, waiting up to 5 s.
+lt_node_t wait_for_new_node(lt_engine_t* e, const std::vector<lt_node_t>& known) {
+  for (int i = 0; i < 5000; ++i) {
+    lt_node_t ids[64];
     size_t n = 0;
-    LT_nodes(e, ids, 16, &n);
-    for (size_t k = 0; k < n && k < 16; ++k) {
-      if (ids[k] != LT_node_id(e)) return ids[k];
+    LT_nodes(e, ids, 64, &n);
+    for (size_t k = 0; k < n && k < 64; ++k) {
+      if (ids[k] != LT_node_id(e) && std::find(known.begin(), known.end(), ids[k]) == known.end()) {
+        return ids[k];
+      }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  return 0;
+}
+
+lt_node_t wait_for_peer(lt_engine_t* e) {
+  const lt_node_t n = wait_for_new_node(e, {});
+  if (n != 0) return n;
   fprintf(stderr, "ltier-perf: server node never joined\n");
   exit(1);
 }
@@ -192,22 +201,6 @@ void run_join(const std::string& manager, const std::string& secret, lt_node_t s
   }
   printf("join op=first_op p50_us=%.2f p90_us=%.2f\n", pct(first, 50), pct(first, 90));
   printf("join op=after_join p50_us=%.2f p90_us=%.2f\n", pct(after, 50), pct(after, 90));
-}
-
-// A node id this engine sees that is not in `known`, waiting up to 5 s.
-lt_node_t wait_for_new_node(lt_engine_t* e, const std::vector<lt_node_t>& known) {
-  for (int i = 0; i < 5000; ++i) {
-    lt_node_t ids[64];
-    size_t n = 0;
-    LT_nodes(e, ids, 64, &n);
-    for (size_t k = 0; k < n && k < 64; ++k) {
-      if (ids[k] != LT_node_id(e) && std::find(known.begin(), known.end(), ids[k]) == known.end()) {
-        return ids[k];
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return 0;
 }
 
 // A warm engine's first operation on a node it has never talked to, the

@@ -217,12 +217,13 @@ Result<std::unique_ptr<Endpoint>> VerbsTransport::connect(const PeerInfo& peer, 
     return std::unique_ptr<Endpoint>(new ConnEndpoint<VerbsConn>(c));
   }
   const Deadline mine = Deadline::after_ms(config_.connect_timeout_ms);
-  if (await_answered(peer.node, mine.at_ns() < d.at_ns() ? mine : d)) {
+  const Deadline until = mine.at_ns() < d.at_ns() ? mine : d;
+  if (await_answered(peer.node, until)) {
     if (auto c = conns_.serving(peer.node)) {
       return std::unique_ptr<Endpoint>(new ConnEndpoint<VerbsConn>(c));
     }
   }
-  auto conn = dial(peer, mine.at_ns() < d.at_ns() ? mine : d);
+  auto conn = dial(peer, until);
   if (!conn) return conn.status();
   VerbsConn* raw = conn->get();
   // If a connection serves the node by now (the peer dialed us at the same
