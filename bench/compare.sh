@@ -682,26 +682,26 @@ fp50 = med(("tcp", "connect", "fresh_client", 0, "p50_us"))
 fp90 = med(("tcp", "connect", "fresh_client", 0, "p90_us"))
 jp50 = med(("ltier", "join", "first_op", 0, "p50_us"))
 jp90 = med(("ltier", "join", "first_op", 0, "p90_us"))
-md += table(["what", "p50", "p90"],
-            [["tcp: socket + connect + first 8-byte echo, back to back to a running server",
-              cell(("tcp", "connect", "tcp", 0, "p50_us")),
-              cell(("tcp", "connect", "tcp", 0, "p90_us"))],
-             ["tcp: a fresh server process, 200 ms idle, then socket + connect + 8-byte echo",
-              cell(("tcp", "connect", "new_server", 0, "p50_us")),
-              cell(("tcp", "connect", "new_server", 0, "p90_us"))],
-             ["ltier: a warm engine's first 8 B LT_RPC to a node that joined, 200 ms idle",
-              cell(("ltier", "newpeer", "first_rpc", 0, "p50_us")),
-              cell(("ltier", "newpeer", "first_rpc", 0, "p90_us"))],
-             ["**ratio ltier / tcp, a new peer**", ratio(np50, sp50), ratio(np90, sp90)],
-             ["tcp: a fresh process, main() to its first 8-byte echo (running server)",
-              cell(("tcp", "connect", "fresh_client", 0, "p50_us")),
-              cell(("tcp", "connect", "fresh_client", 0, "p90_us"))],
-             ["ltier: a fresh process, LT_join start to its first completed remote op",
-              cell(("ltier", "join", "first_op", 0, "p50_us")),
-              cell(("ltier", "join", "first_op", 0, "p90_us"))],
-             ["**ratio ltier / tcp, a fresh process**", ratio(jp50, fp50), ratio(jp90, fp90)],
-             ["ratio ltier fresh process / tcp back to back", ratio(jp50, tp50),
-              ratio(jp90, tp90)]]) + [""]
+
+
+def p50_p90(label, tool, kind, op):
+    return [label, cell((tool, kind, op, 0, "p50_us")), cell((tool, kind, op, 0, "p90_us"))]
+
+
+md += table(["what", "p50", "p90"], [
+    p50_p90("tcp: socket + connect + first 8-byte echo, back to back to a running server",
+            "tcp", "connect", "tcp"),
+    p50_p90("tcp: a fresh server process, 200 ms idle, then socket + connect + 8-byte echo",
+            "tcp", "connect", "new_server"),
+    p50_p90("ltier: a warm engine's first 8 B LT_RPC to a node that joined, 200 ms idle",
+            "ltier", "newpeer", "first_rpc"),
+    ["**ratio ltier / tcp, a new peer**", ratio(np50, sp50), ratio(np90, sp90)],
+    p50_p90("tcp: a fresh process, main() to its first 8-byte echo (running server)",
+            "tcp", "connect", "fresh_client"),
+    p50_p90("ltier: a fresh process, LT_join start to its first completed remote op",
+            "ltier", "join", "first_op"),
+    ["**ratio ltier / tcp, a fresh process**", ratio(jp50, fp50), ratio(jp90, fp90)],
+    ["ratio ltier fresh process / tcp back to back", ratio(jp50, tp50), ratio(jp90, tp90)]]) + [""]
 md += ["The two ratios in bold compare like with like (`bench/tcp_connect`): a connection "
        "after an idle gap costs far more on a VM than one made right after the last (an idle "
        "vCPU is slow to wake), and a fresh process pays for its first system calls. ltier's "
