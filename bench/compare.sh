@@ -182,7 +182,9 @@ phase_tcp() {
     sed 's/ op=tcp / op=tcp_1core /' "$dir/tcp_1core.raw" >"$dir/tcp_1core.out"
   fi
   # The raw peers of ltier-perf --new-peer and --join (same tries and idle gap).
-  [[ -x $CONNECT_BIN ]] && run_tool tcp_connect "$dir/tcp_connect.out" "$CONNECT_BIN" --tries 30
+  if [[ -x $CONNECT_BIN ]]; then
+    run_tool tcp_connect "$dir/tcp_connect.out" "$CONNECT_BIN" --tries 30
+  fi
 }
 
 phase_ltier() {
