@@ -193,10 +193,13 @@ std::string read_line(int fd) {
   }
 }
 
+// The same percentile rule as ltier-perf's, so that the two tools' p50 and
+// p90 pick the same sample out of as many.
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())))];
+  const auto i = static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
 }
 
 void run_new_server(const Options& o) {
@@ -224,6 +227,7 @@ void run_fresh_client(const Options& o) {
   int sto = -1, sfrom = -1;
   const pid_t server = spawn_self({"--serve"}, &sto, &sfrom);
   const std::string port = read_line(sfrom);
+  if (atoi(port.c_str()) <= 0) die("the server did not say its port");
   std::vector<double> us;
   for (int t = 0; t < o.tries; ++t) {
     int to = -1, from = -1;
