@@ -4,9 +4,12 @@
 // QP event. Every peer of the node is behind that one QP, so instead of
 // declaring them all lost the poller resets it: it stops granting posts,
 // waits until the device has completed (flushed) every post already made,
-// moves the QP through RESET to RTS again and lets the posts go on. The
-// QP number does not change, so peers notice nothing but lost datagrams,
-// which ltier's acknowledgements send again; no message is lost or failed.
+// moves the QP through RESET to RTS again and lets the posts go on. A
+// device that has not flushed them all a second later is reset anyway:
+// the reset empties its send queue, so those posts will never complete,
+// and their slots are taken back. The QP number does not change, so peers
+// notice nothing but lost datagrams, which ltier's acknowledgements send
+// again; no message is lost or failed.
 #include <infiniband/verbs.h>
 
 #include <algorithm>
@@ -20,18 +23,17 @@
 namespace lt::transport::verbs {
 
 namespace {
-constexpr uint64_t kFenceWarnNs = 1'000'000'000;  // posts still in the device after this: say so
+constexpr uint64_t kFenceWaitNs = 1'000'000'000;  // posts still in the device after this: reset
 constexpr uint64_t kRetryFirstNs = 100'000'000;   // a failed reset is tried again after this,
 constexpr uint64_t kRetryMaxNs = 10'000'000'000;  // doubling up to this
 }  // namespace
 
 // While the fence waits, the poller stays awake for the flushed sends of a
-// QP that failed a moment ago; one that has waited long (a device that no
-// longer completes anything) or whose reset failed looks again on a timer.
-uint64_t UdTransport::fence_deadline(uint64_t now) const {
+// QP that failed a moment ago (at most kFenceWaitNs); one whose reset
+// failed looks again on a timer.
+uint64_t UdTransport::fence_deadline(uint64_t /*now*/) const {
   if (!sq_fenced_) return UINT64_MAX;
-  if (reset_retry_ns_ != 0) return reset_retry_ns_;
-  return now - fenced_at_ns_ < kFenceWarnNs ? 0 : now + kRetryFirstNs;
+  return reset_retry_ns_;  // 0 (now) unless a reset failed
 }
 
 // Runs in the poller while qp_error_ or the fence is set: never blocks.
@@ -64,14 +66,17 @@ void UdTransport::recover_qp(uint64_t now) {
   // so this is a second line.
   poll_send_cq();
   if (static_cast<int32_t>(sq_used_.load(std::memory_order_acquire) - kSqFence) > 0) {
-    if (!fence_warned_ && now - fenced_at_ns_ > kFenceWarnNs) {
+    if (now - fenced_at_ns_ < kFenceWaitNs) return;
+    if (!fence_warned_) {
+      // Soft-RoCE (kernel 6.1) has been seen to leave sends posted as the
+      // QP went to error neither sent nor flushed: waiting longer would
+      // lose every peer.
       LT_WARN(
           "ud: %u posts to the UD QP on %s have not completed a second after it failed; "
-          "its peers wait (and are declared lost after verbs.ud_peer_timeout_ms)",
+          "resetting it anyway (their slots are taken back)",
           sq_used_.load() - kSqFence, c.device.c_str());
       fence_warned_ = true;
     }
-    return;
   }
   if (now < reset_retry_ns_) return;
   ibv_qp_attr a{};
@@ -90,18 +95,22 @@ void UdTransport::recover_qp(uint64_t now) {
     return;
   }
   poll_send_cq();  // flushes that came before the reset
+  // Exact: send() never counts a post it does not grant, and none is
+  // granted while fenced.
   const int32_t left = static_cast<int32_t>(sq_used_.load(std::memory_order_acquire) - kSqFence);
   if (left < 0) {
     LT_WARN("ud: the UD QP on %s completed %d more posts than it was given before its reset",
             c.device.c_str(), -left);
+  } else if (left > 0) {
+    LT_WARN("ud: the UD QP on %s was reset with %d posts never completed; %u slots taken back",
+            c.device.c_str(), left, take_back_slots());
   }
   if (const uint64_t stray = stray_completions_.exchange(0); stray != 0) {
     LT_WARN("ud: the UD QP on %s flushed %llu work requests it did not hold (dropped)",
             c.device.c_str(), static_cast<unsigned long long>(stray));
   }
-  // Back to exactly none in flight (senders that try meanwhile take back
-  // what they added).
-  sq_used_.fetch_sub(kSqFence + static_cast<uint32_t>(std::min(left, 0)),
+  // Back to exactly none in flight.
+  sq_used_.fetch_sub(static_cast<uint32_t>(static_cast<int64_t>(kSqFence) + left),
                      std::memory_order_acq_rel);
   sq_fenced_ = false;
   qp_resets_.fetch_add(1, std::memory_order_relaxed);
@@ -111,6 +120,27 @@ void UdTransport::recover_qp(uint64_t now) {
   for (const auto& sp : std::vector<std::shared_ptr<UdConn>>(conns_.snapshot())) {
     if (!sp->dead_.load()) sp->resend_in_flight();
   }
+}
+
+// After a reset: the emptied send queue will complete none of the posts
+// it held, so every slot forgets its posts in the device, and one its
+// sender released is free. A connection's slot_posted racing with this
+// (its post will not be granted) is forgotten too, and its slot_done then
+// finds nothing to undo; a released slot is posted only by the poller
+// (acknowledgements, this thread) or at close, so none of those races.
+// Returns the slots that held posts.
+uint32_t UdTransport::take_back_slots() {
+  uint32_t held = 0;
+  for (uint32_t slot = 0; slot < slots_; ++slot) {
+    uint32_t s = slot_state_[slot].load(std::memory_order_acquire);
+    while ((s & kInDeviceMask) != 0 && !slot_state_[slot].compare_exchange_weak(
+                                           s, s & ~kInDeviceMask, std::memory_order_acq_rel)) {
+    }
+    if ((s & kInDeviceMask) == 0) continue;
+    ++held;
+    if ((s & kReleased) != 0) free_slot(slot);
+  }
+  return held;
 }
 
 bool UdTransport::fault_due() {

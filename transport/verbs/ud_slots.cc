@@ -43,12 +43,14 @@ void UdTransport::release_slot(uint32_t slot) {
 }
 
 size_t UdTransport::send(UdConn& c, const UdSend* s, size_t n) {
-  const uint32_t used = sq_used_.fetch_add(static_cast<uint32_t>(n), std::memory_order_acq_rel);
-  size_t grant = n;
-  if (used + n > sq_depth_) {
-    grant = used >= sq_depth_ ? 0 : sq_depth_ - used;
-    sq_used_.fetch_sub(static_cast<uint32_t>(n - grant), std::memory_order_acq_rel);
-  }
+  // Only what is granted is ever counted (no add taken back later), so the
+  // count is exact whenever no post is granted: recover_qp relies on it.
+  uint32_t used = sq_used_.load(std::memory_order_acquire);
+  size_t grant;
+  do {
+    grant = used >= sq_depth_ ? 0 : std::min<size_t>(n, sq_depth_ - used);
+  } while (grant > 0 && !sq_used_.compare_exchange_weak(used, used + static_cast<uint32_t>(grant),
+                                                        std::memory_order_acq_rel));
   ibv_ah* ah = c.ah();
   if (grant > 0 && ah != nullptr) {
     ibv_send_wr wr[kUdBatch];

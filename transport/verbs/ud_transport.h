@@ -105,8 +105,9 @@ class UdTransport final : public Transport {
   Status ready_qp();
   // ud_recover.cc: a QP in error put back in service.
   void recover_qp(uint64_t now);
-  /// When a fenced poller must look again: 0 now (stay awake), UINT64_MAX
-  /// not fenced.
+  uint32_t take_back_slots();
+  /// When a fenced poller must look again: 0 now (stay awake), a failed
+  /// reset's retry time, UINT64_MAX not fenced.
   uint64_t fence_deadline(uint64_t now) const;
   bool fault_due();
   void break_qp_for_test();
