@@ -148,6 +148,11 @@ std::vector<ConfigKey> config_keys(Config& c) {
        "ud, for tests: the UD queue pair is moved to the error state at the Nth post, once (0: "
        "never), as a local error would; ud resets it and sends its datagrams again",
        K::kU32, &c.verbs.ud_fault_after},
+      {"verbs.ud_fault_stuck", "LTIER_VERBS_UD_FAULT_STUCK",
+       "ud, for tests, with verbs.ud_fault_after: this many sends the device holds when the QP "
+       "goes to error are never completed, flushed or not (as Soft-RoCE on Linux 6.1 can do); "
+       "ud resets the QP a second later regardless and takes their slots back",
+       K::kU32, &c.verbs.ud_fault_stuck},
       {"shm.ring_bytes", "LTIER_SHM_RING_BYTES",
        "shm: bytes of each direction's message ring per connection (a power of two, >= 4096); "
        "both rings live in one memfd segment",

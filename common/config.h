@@ -98,6 +98,7 @@ struct VerbsConfig {
   uint32_t ud_loss_percent = 0;        // ud, tests only: datagrams dropped on receipt
   uint32_t rc_fault_after = 0;  // rc, tests only: the QP of the Nth post goes to error (once)
   uint32_t ud_fault_after = 0;  // ud, tests only: the QP goes to error at the Nth post (once)
+  uint32_t ud_fault_stuck = 0;  // ud, tests only: posts held by the device then never completed
 };
 
 struct EngineConfig {

@@ -148,8 +148,17 @@ bool UdTransport::fault_due() {
 }
 
 // verbs.ud_fault_after: what a local error does to the QP, on purpose.
+// verbs.ud_fault_stuck adds what a device that loses sends does: slots
+// counted as posted whose completions never come.
 void UdTransport::break_qp_for_test() {
   LT_WARN("ud: moving the UD QP to the error state (verbs.ud_fault_after)");
+  for (uint32_t i = 0; i < config_.ud_fault_stuck; ++i) {
+    uint32_t slot;
+    if (!take_slots(1, &slot)) break;
+    slot_state_[slot].store(kReleased, std::memory_order_relaxed);
+    slot_posted(slot);
+    sq_used_.fetch_add(1, std::memory_order_acq_rel);
+  }
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
   if (int rc = ibv_modify_qp(qp_, &a, IBV_QP_STATE); rc != 0) {
