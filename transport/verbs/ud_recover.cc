@@ -24,16 +24,21 @@ namespace lt::transport::verbs {
 
 namespace {
 constexpr uint64_t kFenceWaitNs = 1'000'000'000;  // posts still in the device after this: reset
+constexpr uint64_t kFenceSpinNs = 2'000'000;      // the poller spins this long for flushes,
+constexpr uint64_t kFenceTickNs = 1'000'000;      // then looks this often
 constexpr uint64_t kRetryFirstNs = 100'000'000;   // a failed reset is tried again after this,
 constexpr uint64_t kRetryMaxNs = 10'000'000'000;  // doubling up to this
 }  // namespace
 
 // While the fence waits, the poller stays awake for the flushed sends of a
-// QP that failed a moment ago (at most kFenceWaitNs); one whose reset
-// failed looks again on a timer.
-uint64_t UdTransport::fence_deadline(uint64_t /*now*/) const {
+// QP that failed a moment ago, then looks every millisecond until the
+// reset is due (kFenceWaitNs); one whose reset failed looks again on its
+// retry timer.
+uint64_t UdTransport::fence_deadline(uint64_t now) const {
   if (!sq_fenced_) return UINT64_MAX;
-  return reset_retry_ns_;  // 0 (now) unless a reset failed
+  if (reset_retry_ns_ != 0) return reset_retry_ns_;
+  if (now - fenced_at_ns_ < kFenceSpinNs) return 0;
+  return std::min(now + kFenceTickNs, fenced_at_ns_ + kFenceWaitNs);
 }
 
 // Runs in the poller while qp_error_ or the fence is set: never blocks.
