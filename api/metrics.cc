@@ -156,6 +156,11 @@ class EngineCollector final : public prometheus::Collectable {
     auto resets =
         family("ltier_transport_qp_resets_total",
                "ud: times its QP was found in error and put back in service", MetricType::Counter);
+    auto slots = family("ltier_transport_send_slots",
+                        "ud: registered send slots, shared by all peers", MetricType::Gauge);
+    auto slots_free =
+        family("ltier_transport_send_slots_free",
+               "ud: send slots neither held by a sender nor in the device", MetricType::Gauge);
     for (const auto& [name, t] : transports) {
       if (name != "ud") continue;
       const std::vector<ClientMetric::Label> l{{"node", node}, {"transport", name}};
@@ -164,8 +169,10 @@ class EngineCollector final : public prometheus::Collectable {
       add(&mark_cuts, l, static_cast<double>(t.mark_cuts));
       add(&marks, l, static_cast<double>(t.marks_sent));
       add(&resets, l, static_cast<double>(t.qp_resets));
+      add(&slots, l, static_cast<double>(t.send_slots));
+      add(&slots_free, l, static_cast<double>(t.send_slots_free));
     }
-    for (auto* f : {&rexmit, &cuts, &mark_cuts, &marks, &resets}) {
+    for (auto* f : {&rexmit, &cuts, &mark_cuts, &marks, &resets, &slots, &slots_free}) {
       if (!f->metric.empty()) out.push_back(std::move(*f));
     }
     add_peer_traffic(node, transports, traffic, &out);

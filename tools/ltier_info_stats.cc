@@ -140,10 +140,11 @@ void show(const std::string& text) {
     if (f.count("ltier_transport_retransmits_total") == 0) continue;
     printf(
         "%s: %.0f datagrams sent again, %.0f congestion window cuts (%.0f for marks), %.0f "
-        "acknowledgements marked, QP reset %.0f times\n",
+        "acknowledgements marked, QP reset %.0f times, %.0f of %.0f send slots free\n",
         t.c_str(), f["ltier_transport_retransmits_total"], f["ltier_transport_window_cuts_total"],
         f["ltier_transport_window_mark_cuts_total"], f["ltier_transport_marks_sent_total"],
-        f["ltier_transport_qp_resets_total"]);
+        f["ltier_transport_qp_resets_total"], f["ltier_transport_send_slots_free"],
+        f["ltier_transport_send_slots"]);
   }
   if (!peers.empty()) {
     printf("%-8s %-9s %12s %14s %12s %14s\n", "peer", "transport", "tx_ops", "tx_bytes", "rx_ops",

@@ -290,6 +290,8 @@ struct TransportStats {
   uint64_t mark_cuts = 0;          // ud: those cuts that answered a receiver's mark
   uint64_t marks_sent = 0;         // ud: acknowledgements this node marked (short of buffers)
   uint64_t qp_resets = 0;          // ud: times its QP was found in error and put back in service
+  uint64_t send_slots = 0;         // ud: registered send slots, shared by all peers
+  uint64_t send_slots_free = 0;    // ud: of those, neither held by a sender nor in the device
 };
 
 class Transport {

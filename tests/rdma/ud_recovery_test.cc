@@ -5,7 +5,8 @@
 // message arrives whole and in order, and neither side loses the other.
 // Run again with verbs.ud_fault_stuck: sends the device holds and never
 // completes (as Soft-RoCE on Linux 6.1 can leave them) must not keep the
-// QP out of service until the peer is declared lost.
+// QP out of service until the peer is declared lost, nor keep their send
+// slots.
 #include "transport_harness.h"
 
 namespace lt::transport::test {
@@ -85,8 +86,21 @@ void UdRecoveryTest::two_way_stream_survives_the_error() {
   EXPECT_EQ(next[1], kMessages);
   for (size_t k = 0; k < bad.size() && k < 10; ++k) ADD_FAILURE() << bad[k];
   EXPECT_TRUE(bad.empty()) << bad.size() << " bad";
+  // Every send slot comes back once the peers have acknowledged what they
+  // hold: the posts that went with the error, and with verbs.ud_fault_stuck
+  // the ones the device never completes, are not left holding theirs.
+  auto slots_back = [&] {
+    for (Side* s : sides) {
+      const TransportStats st = s->t->stats();
+      if (st.send_slots_free != st.send_slots) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(pump_until(slots_back, Deadline::after_ms(kWaitMs)));
   for (Side* s : sides) {
     const TransportStats st = s->t->stats();
+    EXPECT_GT(st.send_slots, 0u);
+    EXPECT_EQ(st.send_slots_free, st.send_slots) << "node " << s->node << " holds slots";
     EXPECT_TRUE(s->lost.empty()) << "node " << s->node << " lost its peer";
     EXPECT_EQ(st.qp_resets, 1u) << "node " << s->node;
     EXPECT_GT(st.retransmits, 0u) << "node " << s->node << " sent nothing again";

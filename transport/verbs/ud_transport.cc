@@ -245,6 +245,9 @@ TransportStats UdTransport::stats() const {
   s.mark_cuts = mark_cuts_.load(std::memory_order_relaxed);
   s.marks_sent = marks_sent_.load(std::memory_order_relaxed);
   s.qp_resets = qp_resets_.load(std::memory_order_relaxed);
+  s.send_slots = slots_;
+  std::lock_guard<SpinLock> g(free_mu_);
+  s.send_slots_free = free_slots_.size();
   return s;
 }
 

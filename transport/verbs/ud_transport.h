@@ -178,7 +178,7 @@ class UdTransport final : public Transport {
   uint32_t slots_ = 0;
   std::unique_ptr<Region> send_region_;
   std::unique_ptr<std::atomic<uint32_t>[]> slot_state_;
-  SpinLock free_mu_;
+  mutable SpinLock free_mu_;
   std::vector<uint32_t> free_slots_;
   std::atomic<uint32_t> sq_used_{0};
   uint32_t sq_depth_ = 0;
