@@ -328,8 +328,23 @@ md += ["### Latency, p50 (µs, one-way unless noted)", "",
        "conservative reading. UCX `ucp_fadd` runs pipelined (ops overlap; it printed %s µs "
        "per op), so it has no like-for-like row." % fmt(L("ucx", "ucp_fadd", 8)), ""]
 md += table(["ltier", "µs", "peer", "µs", "ltier / peer"], rows) + [""]
-md += ["p99 (ltier): read %s, write %s, send %s, rpc %s µs one-way." % tuple(
-    fmt(half(L("ltier", op, 8, "p99_us"))) for op in ("read", "write", "send", "rpc")), ""]
+md += ["p99 (ltier): read %s and write %s µs whole op; send %s and rpc %s µs one-way." % (
+    fmt(L("ltier", "read", 8, "p99_us")), fmt(L("ltier", "write", 8, "p99_us")),
+    fmt(half(L("ltier", "send", 8, "p99_us"))), fmt(half(L("ltier", "rpc", 8, "p99_us")))), ""]
+# On some VMs the floor moves between rounds (the host places the two vCPUs
+# now on cores that share a cache, now on cores that do not), so the medians
+# above may mix placements: each round's own ratios, side by side.
+rows = []
+for r in range(1, rounds + 1):
+    fl = half(L("floor", "cacheline", 8, rnd=r))
+    tag = L("ucx", "tag_lat", 8, rnd=r)
+    send, rpc = half(L("ltier", "send", 8, rnd=r)), half(L("ltier", "rpc", 8, rnd=r))
+    rows.append([str(r), fmt(fl), fmt(send), fmt(rpc), fmt(tag), ratio(send, tag), ratio(rpc, tag),
+                 ratio(tag, fl)])
+md += ["Each round on its own (one-way p50, µs; the floor moves between rounds on some VMs, "
+       "so compare within a row):", ""]
+md += table(["round", "floor", "LT_send", "LT_RPC", "UCX tag_lat", "send / tag", "rpc / tag",
+             "tag / floor"], rows) + [""]
 mc = B("floor", "memcpy", 1048576)
 one = lambda op: None if L("ltier", op, 1048576) is None else 1048576 / L("ltier", op, 1048576)
 rows = [
@@ -371,26 +386,30 @@ md += table(["what", "per second", "vs UCX tag_bw", "vs UCX tag_bw -M multi"],
              ["UCX tag_bw", fmt(u8), "1.00x", ratio(u8, u8m)],
              ["UCX tag_bw -M multi", fmt(u8m), ratio(u8m, u8), "1.00x"]]) + [""]
 if "hog" in {r for v in data.values() for r in v}:
-    md += ["### With a CPU hog on core 0 (8 B, one-way µs)", "",
+    md += ["### With a CPU hog on core 0 (8 B, one-way µs; LT_read whole)", "",
            "The mean is over the whole run, stalls included; ucx_perftest's percentiles "
            "cover only its last 2048 iterations, its mean (overall latency) all of them.", ""]
+    # LT_read completes in the caller: its whole op, as in the latency table;
+    # the others are round trips, halved.
+    HOG_OPS = (("LT_read (whole op)", "read", 1), ("LT_send", "send", 2), ("LT_RPC", "rpc", 2))
     rows = []
-    for label, op in (("LT_read", "read"), ("LT_send", "send"), ("LT_RPC", "rpc")):
-        rows.append([label] + [fmt(half(L("ltier", op, 8, f, "hog")))
+    for label, op, div in HOG_OPS:
+        rows.append([label] + [fmt(None if L("ltier", op, 8, f, "hog") is None else
+                                   L("ltier", op, 8, f, "hog") / div)
                                for f in ("p50_us", "p99_us", "avg_us")])
     rows.append(["UCX tag_lat"] + [fmt(L("ucx", "tag_lat", 8, f, "hog"))
                                    for f in ("p50_us", "p99_us", "avg_us")])
     md += table(["what", "p50", "p99", "mean"], rows) + [""]
     # Like for like: ltier's percentiles over the same window as ucx_perftest's.
     rows = []
-    for label, op in (("LT_read", "read"), ("LT_send", "send"), ("LT_RPC", "rpc")):
+    for label, op, div in HOG_OPS:
         try:
             v = [float(x) for x in open(os.path.join(raw, "hog", "samples.%s.8" % op))]
         except (OSError, ValueError):
             continue
         tail = sorted(v[-TAIL:])
         if tail:
-            rows.append([label] + [fmt(pct(tail, p) / 2) for p in (50, 99)])
+            rows.append([label] + [fmt(pct(tail, p) / div) for p in (50, 99)])
     if rows:
         rows.append(["UCX tag_lat"] + [fmt(L("ucx", "tag_lat", 8, f, "hog"))
                                        for f in ("p50_us", "p99_us")])
