@@ -13,6 +13,7 @@ std::atomic<uint64_t> next_serial{1};
 
 LT_TLS_FAST thread_local Traffic::TlsEntry Traffic::tls_[4];
 LT_TLS_FAST thread_local uint32_t Traffic::tls_next_ = 0;
+LT_TLS_FAST thread_local Traffic::LastCell Traffic::last_;
 
 Traffic::Traffic() : serial_(next_serial.fetch_add(1, std::memory_order_relaxed)) {}
 

@@ -87,6 +87,13 @@ class Traffic {
     v.store(v.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
   Cell* cell(NodeId node, uint32_t transport) {
+    LastCell& l = last_;
+    if (l.serial == serial_ && l.node == node && l.transport == transport) return l.cell;
+    return find_cell(node, transport);
+  }
+  // The full lookup: the thread's block, its chunk, the slot (three
+  // dependent loads), reset for a node new in the slot; remembered in last_.
+  Cell* find_cell(NodeId node, uint32_t transport) {
     if (transport >= kMaxTransports || node == transport::kNoNode) return nullptr;
     Block* b = mine();
     if (b == nullptr) return nullptr;
@@ -96,7 +103,8 @@ class Traffic {
     if (ch == nullptr) return nullptr;
     SlotCells& s = ch->slots[slot % kSlotsPerChunk];
     if (s.id.load(std::memory_order_relaxed) != node) reset(s, node);
-    return &s.by_transport[transport];
+    last_ = {serial_, node, transport, &s.by_transport[transport]};
+    return last_.cell;
   }
   Block* mine() {
     // A few engines per thread stay cached; ids are never reused, so a
@@ -116,6 +124,18 @@ class Traffic {
   };
   LT_TLS_FAST static thread_local TlsEntry tls_[4];
   LT_TLS_FAST static thread_local uint32_t tls_next_;
+  // The cell this thread counted in last, in whichever engine: a thread
+  // mostly talks to one peer over one transport at a time. It stays right
+  // while the key matches: only this thread resets a slot of its block (in
+  // find_cell, which then takes last_ over), a block outlives its thread's
+  // use of it, and engine serials are never reused.
+  struct LastCell {
+    uint64_t serial = 0;
+    NodeId node = 0;
+    uint32_t transport = 0;
+    Cell* cell = nullptr;
+  };
+  LT_TLS_FAST static thread_local LastCell last_;
 
   const uint64_t serial_;
   mutable std::mutex mu_;  // blocks_: a thread's first count, and readers

@@ -76,6 +76,27 @@ TEST(Traffic, ANewNodeInASlotStartsFromZero) {
   EXPECT_EQ(s[0].tx_bytes, 8u);
 }
 
+// A thread remembers the cell it counted in last: a count for another
+// transport, or for another node in the same slot, must not land there.
+TEST(Traffic, TheLastCellIsLeftForAnotherTransportOrNode) {
+  Traffic tr;
+  const NodeId a = 6, b = 6 + transport::kNodeSlots;  // same slot
+  tr.tx(a, 0, 1, 1);
+  tr.tx(a, 1, 1, 2);
+  tr.tx(a, 0, 1, 4);
+  auto s = tr.snapshot();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].tx_bytes, 5u);
+  EXPECT_EQ(s[1].tx_bytes, 2u);
+  tr.tx(b, 0, 1, 8);   // takes the slot over: a's counts go
+  tr.tx(a, 0, 1, 16);  // and back: b's go
+  s = tr.snapshot();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].node, a);
+  EXPECT_EQ(s[0].tx_ops, 1u);
+  EXPECT_EQ(s[0].tx_bytes, 16u);
+}
+
 TEST(Traffic, EnginesOfOneThreadDoNotMix) {
   auto a = std::make_unique<Traffic>();
   auto b = std::make_unique<Traffic>();
