@@ -48,6 +48,8 @@
 
 namespace lt::proto {
 
+class NativeOps;  // rma/native_ops.h
+
 struct EngineStats {
   uint64_t served = 0;        // requests served for peers
   uint64_t malformed = 0;     // messages dropped by the decoder
@@ -400,8 +402,8 @@ class Engine {
   // ---- rma/native.cc: one-sided ops straight on a peer's memory
   /// Whether the op on `m` can go natively (ep set), else through the owner.
   bool native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey);
-  Status native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
-                   const transport::WorkRequest& wr);
+  /// `ops` holds the op (rma/native_ops.h); its check is written beside it.
+  Status native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep, NativeOps& ops);
   Status post_checked(NodeId owner, transport::Endpoint* ep,
                       std::span<const transport::WorkRequest> wrs);
   // ---- rma/atomics.cc

@@ -89,6 +89,12 @@ struct Caps {  // read once per peer; values the device granted
   /// and in that order at the target (see kWrGuard). Without it the caller
   /// reads the guard word first and starts the op only when it matched.
   bool guard_after = false;
+  /// A post of [an 8-byte kRead flagged kWrGuard, then one op of any kind]
+  /// reads the word first and does the op only when it matched, before post
+  /// returns (see kWrGuard): one post where the caller would make two. For a
+  /// transport whose poster does each op itself, in order (shm). Implies
+  /// guarded_reads.
+  bool guard_before = false;
   /// Nonzero: kWriteImm of up to this many bytes is posted like a message
   /// (rc: one WRITE_WITH_IMM): copied or inline, refused for back-pressure
   /// or queued (kWrMustQueue) as a kSend is, and as cheap as one. proto
@@ -143,9 +149,10 @@ inline constexpr uint8_t kWrMustQueue = 2;
 // one system call for the batch. Ignored where it does not help.
 inline constexpr uint8_t kWrMore = 4;
 // WorkRequest::flags on an 8-byte kRead: the word read must equal `compare`.
-//  - Posted first in one post with one more kRead (Caps::guarded_reads):
-//    the two are read together; when the word differs the post fails with
-//    kBadHandle and the second read's destinations are left untouched (what
+//  - Posted first in one post with one more kRead (Caps::guarded_reads),
+//    or with one more op of any kind (Caps::guard_before): the word is read
+//    with or before the op; when it differs the post fails with kBadHandle,
+//    the op is not done and a read's destinations are left untouched (what
 //    was read there may belong to memory reused since: it never reaches
 //    them).
 //  - Posted second, after one kWrite, kFetchAdd or kCmpSwap

@@ -6,6 +6,7 @@
 // atomics (apply_atomic, and shm peers'), or the device's (rc peers', and
 // this node's own through local_atomic) where the two do not mix.
 #include "proto/engine.h"
+#include "proto/rma/native_ops.h"
 
 namespace lt::proto {
 
@@ -63,7 +64,10 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
   EndpointRef ep;
   uint64_t rkey = 0;
   if (!native_endpoint(m, &ep, &rkey) || !peers_.native_atomics(m.owner)) return false;
-  *s = native_op(m, rkey, ep.get(), atomic_wr(kind, off, rkey, operand, compare, old));
+  NativeOps ops;
+  ops.set_atomic(kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap,
+                 off, rkey, operand, compare, old);
+  *s = native_op(m, rkey, ep.get(), ops);
   return true;
 }
 

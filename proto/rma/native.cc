@@ -4,6 +4,7 @@
 // made for that transport (its memory transport's, or its exporter's:
 // TransportSet::native_slot).
 #include "proto/engine.h"
+#include "proto/rma/native_ops.h"
 
 namespace lt::proto {
 
@@ -48,7 +49,9 @@ constexpr uint64_t kUncheckedNs = transport::kGuardFreshNs / 2;
 //    it has revoked the handle first (lmr/directory.cc revoke_mappers);
 //  - a read goes with its check in one round trip where the transport can
 //    guard it (Caps::guarded_reads): the data reaches the caller only when
-//    the word matched;
+//    the word matched; so does any op where the transport does the check
+//    and then the op itself within one post (Caps::guard_before, shm: one
+//    post instead of two);
 //  - a write or an atomic goes with its check after it, in one round trip
 //    (Caps::guard_after), when the word matched less than kGuardFreshNs
 //    ago: the owner keeps freed memory out of use for longer than that plus
@@ -60,8 +63,7 @@ constexpr uint64_t kUncheckedNs = transport::kGuardFreshNs / 2;
 // a VM, which was a fifth of an 8 B op over shm): a stamp is at most one tick
 // behind the real time, so an age read from two stamps is padded by a tick
 // before it is trusted, and kUncheckedNs is many ticks long.
-Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep,
-                         const WorkRequest& wr) {
+Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep, NativeOps& ops) {
   const transport::Transport* via = peers_.via(m.owner);
   const transport::Caps none;
   const transport::Caps& caps = via != nullptr ? via->caps() : none;
@@ -69,31 +71,21 @@ Status Engine::native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* e
   const uint64_t seen = m.alive_seen.v.load(std::memory_order_relaxed);
   // Saturating: a stamp from after `posted` (another thread's) reads as old.
   const uint64_t age = posted >= seen ? posted - seen + coarse_tick_ns() : UINT64_MAX;
-  if (caps.guard_after && age < kUncheckedNs) {
-    return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
-  }
+  if (caps.guard_after && age < kUncheckedNs) return post_checked(m.owner, ep, ops.op_alone());
   uint64_t alive = 0;
-  WorkRequest chk;
-  chk.op = transport::Op::kRead;
-  chk.num_sge = 1;
-  chk.sge[0] = {reinterpret_cast<std::byte*>(&alive), sizeof(alive), 0};
-  chk.remote = {alive_offset(m.size), rkey};
-  chk.compare = m.key;
-  const bool read = wr.op == transport::Op::kRead;
-  if ((read && caps.guarded_reads) ||
-      (!read && caps.guard_after && age < transport::kGuardFreshNs)) {
-    chk.flags = transport::kWrGuard;
-    // Built by copies: a default-made pair was zero-filled first (a rep stos
-    // that cost more than the rest of an 8 B read over shm).
-    const WorkRequest pair[2] = {read ? chk : wr, read ? wr : chk};
-    LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(pair, 2)));
+  const bool read = ops.op().op == transport::Op::kRead;
+  const bool before = (read && caps.guarded_reads) || caps.guard_before;
+  if (before || (!read && caps.guard_after && age < transport::kGuardFreshNs)) {
+    ops.set_check(before, transport::kWrGuard, alive_offset(m.size), rkey, m.key, &alive);
+    LT_RETURN_IF_ERROR(post_checked(m.owner, ep, ops.pair(before)));
     m.alive_seen.v.store(posted, std::memory_order_relaxed);
     return Status::ok();
   }
-  LT_RETURN_IF_ERROR(post_checked(m.owner, ep, std::span<const WorkRequest>(&chk, 1)));
+  ops.set_check(true, 0, alive_offset(m.size), rkey, m.key, &alive);
+  LT_RETURN_IF_ERROR(post_checked(m.owner, ep, ops.check_alone()));
   if (alive != m.key) return Code::kBadHandle;
   m.alive_seen.v.store(posted, std::memory_order_relaxed);
-  return post_checked(m.owner, ep, std::span<const WorkRequest>(&wr, 1));
+  return post_checked(m.owner, ep, ops.op_alone());
 }
 
 // Posts one-sided ops that complete when post returns: all of them, or the

@@ -10,23 +10,9 @@
 
 #include "common/racy.h"
 #include "proto/engine.h"
+#include "proto/rma/native_ops.h"
 
 namespace lt::proto {
-
-using transport::WorkRequest;
-
-namespace {
-// One chunk of a native memset or memcpy: a write of buf to, or a read into
-// buf from, `n` bytes at `off` of the region `rkey` names.
-WorkRequest chunk_wr(bool write, std::byte* buf, uint32_t n, uint64_t off, uint64_t rkey) {
-  WorkRequest wr;
-  wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
-  wr.num_sge = 1;
-  wr.sge[0] = {buf, n, 0};
-  wr.remote = {off, rkey};
-  return wr;
-}
-}  // namespace
 
 // The part of a read or write that needs no request: the LMR is this
 // node's (memcpy under its store entry) or a same-host peer's over a
@@ -48,12 +34,9 @@ bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf
   EndpointRef ep;
   uint64_t rkey = 0;
   if (len > UINT32_MAX || !native_endpoint(m, &ep, &rkey)) return false;
-  WorkRequest wr;
-  wr.op = write ? transport::Op::kWrite : transport::Op::kRead;
-  wr.num_sge = 1;
-  wr.sge[0] = {buf, static_cast<uint32_t>(len), 0};
-  wr.remote = {off, rkey};
-  *s = native_op(m, rkey, ep.get(), wr);
+  NativeOps ops;
+  ops.set_rw(write, buf, static_cast<uint32_t>(len), off, rkey);
+  *s = native_op(m, rkey, ep.get(), ops);
   return true;
 }
 
@@ -164,7 +147,9 @@ bool Engine::memset_now(const Mapping& m, uint64_t off, uint8_t value, uint64_t 
   *s = Status::ok();
   for (uint64_t done = 0; done < len && s->is_ok();) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kChunk, len - done));
-    *s = native_op(m, rkey, ep.get(), chunk_wr(true, fill.get(), n, off + done, rkey));
+    NativeOps ops;
+    ops.set_rw(true, fill.get(), n, off + done, rkey);
+    *s = native_op(m, rkey, ep.get(), ops);
     done += n;
   }
   return true;
@@ -224,7 +209,9 @@ bool Engine::memcpy_now(const Mapping& d, uint64_t doff, const Mapping& s, uint6
   if (s.owner != self() && !native_endpoint(s, &sep, &skey)) return false;
   auto one = [&](bool write, const Mapping& m, uint64_t rkey, transport::Endpoint* ep, uint64_t off,
                  std::byte* buf, uint64_t n) {
-    return native_op(m, rkey, ep, chunk_wr(write, buf, static_cast<uint32_t>(n), off, rkey));
+    NativeOps ops;
+    ops.set_rw(write, buf, static_cast<uint32_t>(n), off, rkey);
+    return native_op(m, rkey, ep, ops);
   };
   constexpr uint64_t kChunk = 64u << 10;  // also what one post may carry (below 4 GiB)
   if (s.owner == self() || d.owner == self()) {

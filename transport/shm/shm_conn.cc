@@ -1,8 +1,9 @@
 // ShmConn: the producer side (ring writes, fragmentation, the backlog) and
-// one-sided operations straight on a peer's mapped memory.
+// post(); one-sided operations are in shm_access.cc.
 #include "transport/shm/shm_conn.h"
 
 #include <cinttypes>
+#include <cstring>
 
 namespace lt::transport::shm {
 
@@ -178,7 +179,10 @@ Status ShmConn::check(const WorkRequest& wr, size_t* len) const {
       break;
     case Op::kWrite:
     case Op::kWriteImm:
+      break;
     case Op::kRead:
+      // A guard (transport.h kWrGuard) reads one 8-byte word.
+      if ((wr.flags & kWrGuard) != 0 && (wr.num_sge != 1 || l != 8)) return Code::kInvalidArg;
       break;
     case Op::kFetchAdd:
     case Op::kCmpSwap:
@@ -194,199 +198,13 @@ Status ShmConn::check(const WorkRequest& wr, size_t* len) const {
   return Status::ok();
 }
 
-Result<std::shared_ptr<RemoteMap>> ShmConn::remote_map(uint64_t rkey) {
-  {
-    std::lock_guard<SpinLock> g(map_lock_);
-    for (auto& [k, m] : maps_) {
-      if (k == rkey) return m;
-    }
-  }
-  // First use of this region: open the owner's memfd through /proc (same uid)
-  // and check that it is the file the rkey names.
-  if (rkey_ino(rkey) == 0) return Code::kBadHandle;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/fd/%d", static_cast<int>(peer_pid_), rkey_fd(rkey));
-  net::Fd f(::open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
-  if (!f.valid() && errno == ELOOP) f.reset(::open(path, O_RDWR | O_CLOEXEC | O_NOCTTY));
-  if (!f.valid()) {
-    LT_DEBUG("shm: rkey %#" PRIx64 " of node %u: cannot open %s: %s", rkey, peer_.load(), path,
-             strerror(errno));
-    return Code::kBadHandle;
-  }
-  struct stat st;
-  int seals = ::fcntl(f.get(), F_GET_SEALS);
-  if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != memfd_dev_ ||
-      static_cast<uint32_t>(st.st_ino) != rkey_ino(rkey) || st.st_uid != ::geteuid() ||
-      st.st_size <= 0 || seals < 0 || !(seals & F_SEAL_SHRINK)) {
-    LT_DEBUG("shm: rkey %#" PRIx64 " of node %u names no alloc_memory region", rkey, peer_.load());
-    return Code::kBadHandle;
-  }
-  size_t len = static_cast<size_t>(st.st_size);
-  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, f.get(), 0);
-  if (p == MAP_FAILED) {
-    LT_WARN("shm: mapping a region of node %u (%zu bytes): %s", peer_.load(), len, strerror(errno));
-    return Code::kNoMemory;
-  }
-  auto m = std::make_shared<RemoteMap>(static_cast<std::byte*>(p), len);
-  std::shared_ptr<RemoteMap> evicted;  // unmapped after the lock is dropped
-  std::lock_guard<SpinLock> g(map_lock_);
-  for (auto& [k, old] : maps_) {
-    if (k == rkey) return old;  // another thread mapped it meanwhile; ours goes
-  }
-  if (maps_.size() >= kMaxRemoteMaps) {
-    evicted = std::move(maps_.front().second);
-    maps_.erase(maps_.begin());
-  }
-  maps_.emplace_back(rkey, m);
-  return m;
-}
-
-// Native one-sided op, done here and now. Checks come first so a refused op
-// touches nothing. kWriteImm also queues a zero-length record with the imm;
-// the written bytes are in place before that record is published.
-// kWrite (or kRead) of ordinary peer memory named by a placement rkey: one
-// copy by the kernel between the two address spaces. The peer registered the
-// range; the kernel refuses what is not mapped there (kOutOfBounds).
-Status ShmConn::place(const WorkRequest& wr, size_t len) const {
-  if (!t_->caps_.placement) return Code::kBadHandle;
-  if (wr.op != Op::kWrite && wr.op != Op::kRead) return Code::kUnsupported;
-  Access need = wr.op == Op::kWrite ? Access::kRemoteWrite : Access::kRemoteRead;
-  if (!has_access(rkey_access(wr.remote.rkey), need)) return Code::kPerm;
-  if (len == 0) return Status::ok();
-  if (wr.remote.addr > UINTPTR_MAX - len) return Code::kOutOfBounds;
-  iovec local[kMaxSge];
-  int n = 0;
-  for (int i = 0; i < wr.num_sge; ++i) {
-    if (wr.sge[i].len == 0) continue;
-    local[n++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
-  }
-  size_t done = 0;
-  while (done < len) {
-    // Resume after a partial copy: skip what went already.
-    iovec l[kMaxSge];
-    int ln = 0;
-    size_t skip = done;
-    for (int i = 0; i < n; ++i) {
-      if (skip >= local[i].iov_len) {
-        skip -= local[i].iov_len;
-        continue;
-      }
-      l[ln++] = {static_cast<std::byte*>(local[i].iov_base) + skip, local[i].iov_len - skip};
-      skip = 0;
-    }
-    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(wr.remote.addr) + done), len - done};
-    ssize_t k = wr.op == Op::kWrite
-                    ? ::process_vm_writev(peer_pid_, l, static_cast<unsigned long>(ln), &r, 1, 0)
-                    : ::process_vm_readv(peer_pid_, l, static_cast<unsigned long>(ln), &r, 1, 0);
-    if (k > 0) {
-      done += static_cast<size_t>(k);
-      continue;
-    }
-    int e = k == 0 ? EFAULT : errno;
-    if (e == EINTR) continue;
-    LT_DEBUG("shm: cross-memory %s of %zu bytes at node %u: %s",
-             wr.op == Op::kWrite ? "write" : "read", len, peer_.load(), strerror(e));
-    switch (e) {
-      case EFAULT:
-        return Code::kOutOfBounds;
-      case ESRCH:
-        return Code::kPeerDown;
-      case EPERM:
-        return Code::kPerm;
-      case ENOMEM:
-        return Code::kNoMemory;
-      default:
-        return Code::kSys;
-    }
-  }
-  return Status::ok();
-}
-
-// The checks and the access of a read, write or atomic on a peer region
-// mapped at `base` (`map_len` bytes).
-Status ShmConn::access(const WorkRequest& wr, size_t len, std::byte* base, size_t map_len) {
-  const Access need = wr.op == Op::kRead    ? Access::kRemoteRead
-                      : wr.op == Op::kWrite ? Access::kRemoteWrite
-                                            : Access::kRemoteAtomic;
-  if (!has_access(rkey_access(wr.remote.rkey), need)) return Code::kPerm;
-  if (wr.remote.addr > map_len || len > map_len - wr.remote.addr) return Code::kOutOfBounds;
-  std::byte* target = base + wr.remote.addr;
-  switch (wr.op) {
-    case Op::kWrite:
-      gather_of(wr).copy(target, 0, len);
-      return Status::ok();
-    case Op::kRead:
-      for (int i = 0; i < wr.num_sge; ++i) {
-        if (wr.sge[i].len == 0) continue;
-        std::memcpy(const_cast<std::byte*>(wr.sge[i].addr), target, wr.sge[i].len);
-        target += wr.sge[i].len;
-      }
-      return Status::ok();
-    case Op::kFetchAdd:
-    case Op::kCmpSwap: {
-      if (wr.remote.addr % 8 != 0) return Code::kAlign;
-      std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(target));
-      uint64_t old;
-      if (wr.op == Op::kFetchAdd) {
-        old = word.fetch_add(wr.operand, std::memory_order_seq_cst);
-      } else {
-        old = wr.compare;
-        word.compare_exchange_strong(old, wr.operand, std::memory_order_seq_cst);
-      }
-      std::memcpy(const_cast<std::byte*>(wr.sge[0].addr), &old, sizeof(old));
-      return Status::ok();
-    }
-    default:
-      return Code::kInvalidArg;
-  }
-}
-
-Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell) {
-  if (is_place_rkey(wr.remote.rkey)) return place(wr, len);
-  const bool plain = wr.op != Op::kWriteImm;
-  if (plain && len > 0 && len <= kAccessUnderLockBytes) {
-    // A small access is done while map_lock_ keeps the region mapped: no
-    // shared_ptr copied and dropped (two locked instructions on the path
-    // of every 8-byte LT_read), and the lock is held for a few nanoseconds.
-    std::lock_guard<SpinLock> g(map_lock_);
-    for (auto& [k, m] : maps_) {
-      if (k == wr.remote.rkey) return access(wr, len, m->addr, m->len);
-    }
-  }
-  std::shared_ptr<RemoteMap> m;
-  if (len > 0) {
-    auto r = remote_map(wr.remote.rkey);
-    if (!r.is_ok()) return r.status();
-    m = std::move(r.value());
-  }
-  if (plain) return len > 0 ? access(wr, len, m->addr, m->len) : Status::ok();
-  // kWriteImm. Room first, so that a refusal writes nothing; then the bytes,
-  // then the record that announces them (its stamp publishes it at once).
-  std::byte* target = nullptr;
-  if (len > 0) {
-    if (!has_access(rkey_access(wr.remote.rkey), Access::kRemoteWrite)) return Code::kPerm;
-    if (wr.remote.addr > m->len || len > m->len - wr.remote.addr) return Code::kOutOfBounds;
-    target = m->addr + wr.remote.addr;
-  }
-  lock_tx();
-  const bool must_queue = (wr.flags & kWrMustQueue) != 0;
-  if (!must_queue && !(backlog_.empty() && single_fits_locked(0))) {
-    *bell |= unlock_tx();
-    *refused = true;
-    return Status::ok();
-  }
-  if (len > 0) gather_of(wr).copy(target, 0, len);
-  if (!enqueue_locked(Gather{}, 0, wr.imm, must_queue)) *refused = true;  // no memory
-  *bell |= unlock_tx();
-  return Status::ok();
-}
-
 Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
+  if (Result<size_t> r = 0; post_small_accesses(wrs, &r)) return r;  // shm_access.cc
   const size_t limit = std::min(wrs.size(), kMaxPostBatch);
-  size_t count = 0;
+  size_t count = 0, guards = 0;
   Status err;
-  bool locked = false, bell = false;
+  bool locked = false, bell = false, guard_failed = false;
   for (; count < limit; ++count) {
     const WorkRequest& wr = wrs[count];
     size_t len = 0;
@@ -404,10 +222,17 @@ Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
     bool refused = false;
     err = one_sided(wr, len, &refused, &bell);
     if (!err.is_ok() || refused) break;
+    if (guard_differs(wr)) {
+      guard_failed = true;
+      break;
+    }
+    if (is_guard(wr) && guards == count) ++guards;
   }
   if (locked) bell |= unlock_tx();
   if (bell) net::ring_eventfd(peer_bell_.get());
-  if (count == 0 && !err.is_ok()) return err;
+  if (guard_failed) return Code::kBadHandle;  // what came before it is done; nothing after
+  // After nothing but guards, the op's failure is the post's.
+  if (count == guards && !err.is_ok()) return err;
   bool kick = false;
   for (size_t i = 0; i < count; ++i) {
     if (!(wrs[i].flags & kWrSignaled)) continue;

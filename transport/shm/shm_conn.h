@@ -381,6 +381,14 @@ class ShmConn {
 
   Status check(const WorkRequest& wr, size_t* len) const;
   Status one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell);
+  bool post_small_accesses(std::span<const WorkRequest> wrs, Result<size_t>* out);
+  // A guard read (transport.h kWrGuard), checked once done: one that found
+  // another word than it expects stops the post (Caps::guard_before), and
+  // an op's failure right after guards is the post's.
+  static bool is_guard(const WorkRequest& wr) {
+    return (wr.flags & kWrGuard) != 0 && wr.op == Op::kRead;
+  }
+  static bool guard_differs(const WorkRequest& wr);
   Status place(const WorkRequest& wr, size_t len) const;
   Result<std::shared_ptr<RemoteMap>> remote_map(uint64_t rkey);
   // A read, write or atomic on a region mapped at `base`, after its checks.

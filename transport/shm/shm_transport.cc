@@ -39,6 +39,8 @@ Status ShmTransport::init() {
   caps_.rkey_checked = true;
   caps_.write_imm = true;
   caps_.atomics64 = true;
+  caps_.guarded_reads = true;  // a poster does each op itself, in order
+  caps_.guard_before = true;
   caps_.needs_registration = true;  // peers reach only alloc_memory regions
   caps_.max_inline = static_cast<uint32_t>(max_single_);
   caps_.max_msg = config_.max_msg_bytes;
