@@ -6,46 +6,18 @@
 // The other order (Caps::guard_after): a write or an atomic and then the
 // guard word, which is read after the op landed; a mismatch is BAD_HANDLE
 // with the op done.
-#include "transport_harness.h"
+#include "guard_harness.h"
 
 namespace lt::transport::test {
 namespace {
 
-class RcGuard : public TransportHarness {
+class RcGuard : public GuardHarness {
  protected:
-  RcGuard() : TransportHarness(&make_rc, &rc_peer) {}
-  void SetUp() override {
-    set_up_pair();
-    auto m = b_->t->alloc_memory(kLen, kRemoteAll);
-    ASSERT_TRUE(m.is_ok()) << m.status().name();
-    mem_ = *m;
-    std::memcpy(mem_.addr + kLen - 8, &kWord, 8);
-    auto data = pattern(kLen - 8, 3);
-    std::memcpy(mem_.addr, data.data(), data.size());
-  }
-  void TearDown() override {
-    if (mem_.addr != nullptr) b_->t->free_memory(mem_);
-  }
+  RcGuard() : GuardHarness(&make_rc, &rc_peer, 1u << 20) {}  // larger than the bounce buffer
   // [guard on the word at kLen - 8 expecting `expect`, read of `len` bytes at 0]
-  Result<size_t> guarded(uint64_t expect, std::byte* dst, size_t len, uint64_t* word) {
-    std::vector<WorkRequest> wrs{
-        rdma_wr(Op::kRead, 1, reinterpret_cast<std::byte*>(word), 8, kLen - 8, mem_.rkey),
-        rdma_wr(Op::kRead, 2, dst, len, 0, mem_.rkey)};
-    wrs[0].flags = kWrGuard;
-    wrs[0].compare = expect;
-    return ab_->post(wrs);
+  Result<size_t> guarded_read(uint64_t expect, std::byte* dst, size_t len, uint64_t* word) {
+    return guarded(expect, rdma_wr(Op::kRead, 2, dst, len, 0, mem_.rkey), word);
   }
-  // [op, guard on the word expecting `expect`]
-  Result<size_t> guard_after(const WorkRequest& op, uint64_t expect, uint64_t* word) {
-    std::vector<WorkRequest> wrs{
-        op, rdma_wr(Op::kRead, 2, reinterpret_cast<std::byte*>(word), 8, kLen - 8, mem_.rkey)};
-    wrs[1].flags = kWrGuard;
-    wrs[1].compare = expect;
-    return ab_->post(wrs);
-  }
-  static constexpr size_t kLen = 1u << 20;  // larger than the bounce buffer
-  static constexpr uint64_t kWord = 0x5eed5eed12345678ull;
-  MemRegion mem_{};
 };
 
 TEST_F(RcGuard, MatchingGuardReadsBoth) {
@@ -53,7 +25,7 @@ TEST_F(RcGuard, MatchingGuardReadsBoth) {
   for (size_t len : {size_t{8}, size_t{4096}, kLen - 8}) {
     std::vector<std::byte> back(len);
     uint64_t word = 0;
-    auto r = guarded(kWord, back.data(), len, &word);
+    auto r = guarded_read(kWord, back.data(), len, &word);
     ASSERT_TRUE(r.is_ok()) << len << ": " << r.status().name();
     EXPECT_EQ(*r, 2u);
     EXPECT_EQ(word, kWord);
@@ -65,7 +37,7 @@ TEST_F(RcGuard, MismatchLeavesTheDestinationUntouched) {
   for (size_t len : {size_t{8}, size_t{4096}, kLen - 8}) {
     std::vector<std::byte> back(len, std::byte{0xab});
     uint64_t word = 0;
-    auto r = guarded(kWord + 1, back.data(), len, &word);
+    auto r = guarded_read(kWord + 1, back.data(), len, &word);
     ASSERT_FALSE(r.is_ok()) << len;
     EXPECT_EQ(r.status().code(), Code::kBadHandle) << len;
     EXPECT_EQ(back, std::vector<std::byte>(len, std::byte{0xab})) << len;
@@ -117,20 +89,7 @@ TEST_F(RcGuard, AtomicsThenGuardReturnTheOldValue) {
   EXPECT_TRUE(ab_->alive());
 }
 
-TEST_F(RcGuard, GuardOutsideTheRegionIsRefusedAtPost) {
-  std::vector<std::byte> back(64, std::byte{0xab});
-  uint64_t word = 0;
-  std::vector<WorkRequest> wrs{
-      rdma_wr(Op::kRead, 1, reinterpret_cast<std::byte*>(&word), 8, kLen, mem_.rkey),
-      rdma_wr(Op::kRead, 2, back.data(), back.size(), 0, mem_.rkey)};
-  wrs[0].flags = kWrGuard;
-  wrs[0].compare = kWord;
-  auto r = ab_->post(wrs);
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), Code::kOutOfBounds);
-  EXPECT_EQ(back, std::vector<std::byte>(64, std::byte{0xab}));
-  EXPECT_TRUE(ab_->alive());
-}
+TEST_F(RcGuard, GuardOutsideTheRegionIsRefusedAtPost) { expect_guard_outside_refused(); }
 
 }  // namespace
 }  // namespace lt::transport::test
