@@ -28,7 +28,7 @@ TEST_F(ShmGuard, TheTransportSaysItChecksTheGuardBeforeAnyOp) {
 
 TEST_F(ShmGuard, MatchingGuardReadsBoth) {
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t len : {size_t{8}, size_t{256}, size_t{4096}, kWordAt}) {
+    for (size_t len : {size_t{8}, size_t{12}, size_t{16}, size_t{256}, size_t{4096}, kWordAt}) {
       std::vector<std::byte> back(len);
       uint64_t word = 0;
       auto r = guarded(kWord, rdma_wr(Op::kRead, 2, back.data(), len, 0, mem_.rkey), &word);
@@ -42,7 +42,7 @@ TEST_F(ShmGuard, MatchingGuardReadsBoth) {
 
 TEST_F(ShmGuard, MismatchLeavesTheReadsDestinationUntouched) {
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t len : {size_t{8}, size_t{256}, size_t{4096}}) {
+    for (size_t len : {size_t{8}, size_t{12}, size_t{16}, size_t{256}, size_t{4096}}) {
       std::vector<std::byte> back(len, std::byte{0xab});
       uint64_t word = 0;
       auto r = guarded(kWord + 1, rdma_wr(Op::kRead, 2, back.data(), len, 0, mem_.rkey), &word);
@@ -57,7 +57,7 @@ TEST_F(ShmGuard, MismatchLeavesTheReadsDestinationUntouched) {
 TEST_F(ShmGuard, AWriteIsDoneOnlyWhenTheWordMatches) {
   uint8_t seed = 10;
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t len : {size_t{8}, size_t{256}, size_t{4096}}) {
+    for (size_t len : {size_t{8}, size_t{12}, size_t{16}, size_t{256}, size_t{4096}}) {
       std::vector<std::byte> before(mem_.addr, mem_.addr + len);
       auto data = pattern(len, seed++);
       uint64_t word = 0;
