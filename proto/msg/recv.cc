@@ -4,6 +4,7 @@
 // rendezvous one is pulled (rndv.cc).
 #include <cstring>
 
+#include "common/small_copy.h"
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -14,7 +15,7 @@ Status Engine::fill_recv(Request* r, NodeId from, std::span<const std::byte> dat
   *r->rpc_len = data.size();
   if (set_src) *r->msg_src = from;
   if (data.size() > r->out_len) return Code::kTruncated;
-  if (!data.empty()) std::memcpy(r->out, data.data(), data.size());
+  if (!data.empty()) copy_small(r->out, data.data(), data.size());
   return Status::ok();
 }
 
@@ -48,7 +49,7 @@ bool Engine::take_waiting(uint32_t port, void* buf, size_t cap, NodeId* src, siz
     credit_due = credits_.count_consumed(u.src, u.src == self() || u.credit_now);
   }
   std::span<const std::byte> data = u.data.view();
-  if (!data.empty()) std::memcpy(buf, data.data(), data.size());
+  if (!data.empty()) copy_small(buf, data.data(), data.size());
   *src = u.src;
   *len = data.size();
   if (credit_due) send_credit(u.src);

@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/siphash.h"
+#include "common/small_copy.h"
 #include "common/spinlock.h"
 #include "common/time.h"
 #include "transport/shm/shm_ring.h"
@@ -178,7 +179,7 @@ struct Gather {
         continue;
       }
       size_t m = std::min(len, n[i] - off);
-      std::memcpy(dst, p[i] + off, m);
+      copy_small(dst, p[i] + off, m);
       dst += m;
       len -= m;
       off = 0;
