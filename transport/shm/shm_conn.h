@@ -28,9 +28,9 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/siphash.h"
-#include "common/small_copy.h"
 #include "common/spinlock.h"
 #include "common/time.h"
+#include "transport/shm/shm_gather.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_transport.h"
 
@@ -161,41 +161,6 @@ inline bool parse_address(const std::string& s, std::string* name) {
   if (n.empty() || n.size() > kMaxNameBytes || n.find('\0') != std::string::npos) return false;
   *name = std::move(n);
   return true;
-}
-
-// Part of a message: sges (or a backlog copy) seen as one byte string whose
-// first byte is message offset `base`.
-struct Gather {
-  const std::byte* p[kMaxSge] = {};
-  size_t n[kMaxSge] = {};
-  int k = 0;
-  size_t base = 0;
-
-  void copy(std::byte* dst, size_t off, size_t len) const {
-    off -= base;
-    for (int i = 0; i < k && len > 0; ++i) {
-      if (off >= n[i]) {
-        off -= n[i];
-        continue;
-      }
-      size_t m = std::min(len, n[i] - off);
-      copy_small(dst, p[i] + off, m);
-      dst += m;
-      len -= m;
-      off = 0;
-    }
-  }
-};
-
-inline Gather gather_of(const WorkRequest& wr) {
-  Gather g;
-  for (int i = 0; i < wr.num_sge; ++i) {
-    if (wr.sge[i].len == 0) continue;
-    g.p[g.k] = wr.sge[i].addr;
-    g.n[g.k] = wr.sge[i].len;
-    ++g.k;
-  }
-  return g;
 }
 
 #ifndef NDEBUG
