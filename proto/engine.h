@@ -404,8 +404,11 @@ class Engine {
   bool native_endpoint(const Mapping& m, EndpointRef* ep, uint64_t* rkey);
   /// `ops` holds the op (rma/native_ops.h); its check is written beside it.
   Status native_op(const Mapping& m, uint64_t rkey, transport::Endpoint* ep, NativeOps& ops);
+  const transport::MappedRegion* kept_view(const Mapping& m, uint64_t* rkey) const;
+  Status view_op(const Mapping& m, uint64_t rkey, const transport::MappedRegion& v, NativeOps& ops);
   Status post_checked(NodeId owner, transport::Endpoint* ep,
                       std::span<const transport::WorkRequest> wrs);
+  Status applied(NodeId owner, std::span<const transport::WorkRequest> wrs, Result<size_t> r);
   // ---- rma/atomics.cc
   Status local_atomic(LocalLmr& l, uint64_t off, AtomicKind kind, uint64_t operand,
                       uint64_t compare, uint64_t* old);

@@ -38,6 +38,13 @@ class ConnEndpoint final : public Endpoint {
   void flush() override {
     if constexpr (requires(Conn & c) { c.flush_cork(); }) c_->flush_cork();
   }
+  std::shared_ptr<const MappedRegion> view(uint64_t rkey) override {
+    if constexpr (requires(Conn & c) { c.view(rkey); }) {
+      return c_->view(rkey);
+    } else {
+      return Endpoint::view(rkey);
+    }
+  }
 
  private:
   std::shared_ptr<Conn> c_;

@@ -95,6 +95,9 @@ struct Caps {  // read once per peer; values the device granted
   /// transport whose poster does each op itself, in order (shm). Implies
   /// guarded_reads.
   bool guard_before = false;
+  /// Endpoint::view maps a peer's region for the caller's own loads, stores
+  /// and atomics (shm): one-sided ops with no post at all.
+  bool views = false;
   /// Nonzero: kWriteImm of up to this many bytes is posted like a message
   /// (rc: one WRITE_WITH_IMM): copied or inline, refused for back-pressure
   /// or queued (kWrMustQueue) as a kSend is, and as cheap as one. proto
@@ -271,6 +274,8 @@ constexpr bool has_access(Access set, Access want) {
 inline constexpr Access kRemoteAll =
     Access::kRemoteRead | Access::kRemoteWrite | Access::kRemoteAtomic;
 
+class MappedRegion;  // mapped_region.h
+
 class Endpoint {  // one peer on one transport; thread-safe
  public:
   virtual ~Endpoint() = default;
@@ -284,6 +289,15 @@ class Endpoint {  // one peer on one transport; thread-safe
   /// Sends what posts with kWrMore left held on this endpoint now (a sender
   /// that cannot count on the poller's flush()). Cheap when nothing is held.
   virtual void flush() {}
+  /// With Caps::views: the peer's region `rkey` names, mapped here, for ops
+  /// done by the caller's own loads, stores and atomics (MappedRegion::apply,
+  /// which checks rights and bounds as post does) while it is live(). Null:
+  /// none (no such region, the connection is down, no Caps::views); post the
+  /// op instead, which says why. Not for the hot path: callers keep a view.
+  virtual std::shared_ptr<const MappedRegion> view(uint64_t rkey) {
+    (void)rkey;
+    return nullptr;
+  }
 };
 
 /// What a transport holds now (LT_stats).

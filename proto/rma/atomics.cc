@@ -61,12 +61,19 @@ bool Engine::atomic_now_on(const Mapping& m, uint64_t off, AtomicKind kind, uint
     });
     return true;
   }
-  EndpointRef ep;
-  uint64_t rkey = 0;
-  if (!native_endpoint(m, &ep, &rkey) || !peers_.native_atomics(m.owner)) return false;
+  const transport::Op op =
+      kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap;
   NativeOps ops;
-  ops.set_atomic(kind == AtomicKind::kFetchAdd ? transport::Op::kFetchAdd : transport::Op::kCmpSwap,
-                 off, rkey, operand, compare, old);
+  uint64_t rkey = 0;
+  const transport::MappedRegion* v = kept_view(m, &rkey);
+  if (v != nullptr && peers_.native_atomics(m.owner)) {
+    ops.set_atomic(op, off, rkey, operand, compare, old);
+    *s = view_op(m, rkey, *v, ops);
+    return true;
+  }
+  EndpointRef ep;
+  if (!native_endpoint(m, &ep, &rkey) || !peers_.native_atomics(m.owner)) return false;
+  ops.set_atomic(op, off, rkey, operand, compare, old);
   *s = native_op(m, rkey, ep.get(), ops);
   return true;
 }

@@ -31,10 +31,16 @@ bool Engine::copy_now(const Mapping& m, bool write, uint64_t off, std::byte* buf
     });
     return true;
   }
-  EndpointRef ep;
-  uint64_t rkey = 0;
-  if (len > UINT32_MAX || !native_endpoint(m, &ep, &rkey)) return false;
+  if (len > UINT32_MAX) return false;
   NativeOps ops;
+  uint64_t rkey = 0;
+  if (const transport::MappedRegion* v = kept_view(m, &rkey)) {
+    ops.set_rw(write, buf, static_cast<uint32_t>(len), off, rkey);
+    *s = view_op(m, rkey, *v, ops);
+    return true;
+  }
+  EndpointRef ep;
+  if (!native_endpoint(m, &ep, &rkey)) return false;
   ops.set_rw(write, buf, static_cast<uint32_t>(len), off, rkey);
   *s = native_op(m, rkey, ep.get(), ops);
   return true;

@@ -50,7 +50,7 @@ Result<std::shared_ptr<RemoteMap>> ShmConn::remote_map(uint64_t rkey) {
     LT_WARN("shm: mapping a region of node %u (%zu bytes): %s", peer_.load(), len, strerror(errno));
     return Code::kNoMemory;
   }
-  auto m = std::make_shared<RemoteMap>(static_cast<std::byte*>(p), len);
+  auto m = std::make_shared<RemoteMap>(static_cast<std::byte*>(p), len, rkey_access(rkey));
   std::shared_ptr<RemoteMap> evicted;  // unmapped after the lock is dropped
   std::lock_guard<SpinLock> g(map_lock_);
   for (auto& [k, old] : maps_) {
@@ -58,6 +58,7 @@ Result<std::shared_ptr<RemoteMap>> ShmConn::remote_map(uint64_t rkey) {
   }
   if (maps_.size() >= kMaxRemoteMaps) {
     evicted = std::move(maps_.front().second);
+    evicted->retire();
     maps_.erase(maps_.begin());
   }
   maps_.emplace_back(rkey, m);
@@ -125,45 +126,6 @@ Status ShmConn::place(const WorkRequest& wr, size_t len) const {
   return Status::ok();
 }
 
-// The checks and the access of a read, write or atomic on a peer region
-// mapped at `base` (`map_len` bytes).
-Status ShmConn::access(const WorkRequest& wr, size_t len, std::byte* base, size_t map_len) {
-  const Access need = wr.op == Op::kRead    ? Access::kRemoteRead
-                      : wr.op == Op::kWrite ? Access::kRemoteWrite
-                                            : Access::kRemoteAtomic;
-  if (!has_access(rkey_access(wr.remote.rkey), need)) return Code::kPerm;
-  if (wr.remote.addr > map_len || len > map_len - wr.remote.addr) return Code::kOutOfBounds;
-  std::byte* target = base + wr.remote.addr;
-  switch (wr.op) {
-    case Op::kWrite:
-      gather_of(wr).copy(target, 0, len);
-      return Status::ok();
-    case Op::kRead:
-      for (int i = 0; i < wr.num_sge; ++i) {
-        if (wr.sge[i].len == 0) continue;
-        copy_small(const_cast<std::byte*>(wr.sge[i].addr), target, wr.sge[i].len);
-        target += wr.sge[i].len;
-      }
-      return Status::ok();
-    case Op::kFetchAdd:
-    case Op::kCmpSwap: {
-      if (wr.remote.addr % 8 != 0) return Code::kAlign;
-      std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(target));
-      uint64_t old;
-      if (wr.op == Op::kFetchAdd) {
-        old = word.fetch_add(wr.operand, std::memory_order_seq_cst);
-      } else {
-        old = wr.compare;
-        word.compare_exchange_strong(old, wr.operand, std::memory_order_seq_cst);
-      }
-      std::memcpy(const_cast<std::byte*>(wr.sge[0].addr), &old, sizeof(old));
-      return Status::ok();
-    }
-    default:
-      return Code::kInvalidArg;
-  }
-}
-
 Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell) {
   if (is_place_rkey(wr.remote.rkey)) return place(wr, len);
   const bool plain = wr.op != Op::kWriteImm;
@@ -173,7 +135,7 @@ Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool
     // of every 8-byte LT_read), and the lock is held for a few nanoseconds.
     std::lock_guard<SpinLock> g(map_lock_);
     for (auto& [k, m] : maps_) {
-      if (k == wr.remote.rkey) return access(wr, len, m->addr, m->len);
+      if (k == wr.remote.rkey) return m->access(wr, len);
     }
   }
   std::shared_ptr<RemoteMap> m;
@@ -182,14 +144,14 @@ Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool
     if (!r.is_ok()) return r.status();
     m = std::move(r.value());
   }
-  if (plain) return len > 0 ? access(wr, len, m->addr, m->len) : Status::ok();
+  if (plain) return len > 0 ? m->access(wr, len) : Status::ok();
   // kWriteImm. Room first, so that a refusal writes nothing; then the bytes,
   // then the record that announces them (its stamp publishes it at once).
   std::byte* target = nullptr;
   if (len > 0) {
     if (!has_access(rkey_access(wr.remote.rkey), Access::kRemoteWrite)) return Code::kPerm;
-    if (wr.remote.addr > m->len || len > m->len - wr.remote.addr) return Code::kOutOfBounds;
-    target = m->addr + wr.remote.addr;
+    if (wr.remote.addr > m->len() || len > m->len() - wr.remote.addr) return Code::kOutOfBounds;
+    target = m->base() + wr.remote.addr;
   }
   lock_tx();
   const bool must_queue = (wr.flags & kWrMustQueue) != 0;
@@ -202,13 +164,6 @@ Status ShmConn::one_sided(const WorkRequest& wr, size_t len, bool* refused, bool
   if (!enqueue_locked(Gather{}, 0, wr.imm, must_queue)) *refused = true;  // no memory
   *bell |= unlock_tx();
   return Status::ok();
-}
-
-bool ShmConn::guard_differs(const WorkRequest& wr) {
-  if (!is_guard(wr)) return false;
-  uint64_t word = 0;
-  std::memcpy(&word, wr.sge[0].addr, sizeof(word));
-  return word != wr.compare;
 }
 
 // The usual post of a native op (proto's 8 B LT_read is [guard, read]): a
@@ -240,7 +195,7 @@ bool ShmConn::post_small_accesses(std::span<const WorkRequest> wrs, Result<size_
   }
   size_t done = 0, guards = 0;
   for (; done < wrs.size(); ++done) {
-    Status s = access(wrs[done], lens[done], maps[done]->addr, maps[done]->len);
+    Status s = maps[done]->access(wrs[done], lens[done]);
     if (!s.is_ok()) {  // after nothing but guards, the op's failure is the post's
       *out = done > guards ? Result<size_t>(done) : Result<size_t>(s);
       return true;
@@ -253,6 +208,16 @@ bool ShmConn::post_small_accesses(std::span<const WorkRequest> wrs, Result<size_
   }
   *out = done;
   return true;
+}
+
+std::shared_ptr<const MappedRegion> ShmConn::view(uint64_t rkey) {
+  if (dead_.load(std::memory_order_acquire) || is_place_rkey(rkey)) return nullptr;
+  auto r = remote_map(rkey);
+  if (!r.is_ok()) return nullptr;
+  // A connection that died meanwhile retired its maps before this one joined
+  // them, or after: either way the caller sees it through live().
+  if (dead_.load(std::memory_order_acquire)) (*r)->retire();
+  return std::move(r.value());
 }
 
 }  // namespace lt::transport::shm

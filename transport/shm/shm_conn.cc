@@ -170,30 +170,11 @@ bool ShmConn::flush_locked() {
 }
 
 Status ShmConn::check(const WorkRequest& wr, size_t* len) const {
+  if (wr.op != Op::kSend && wr.op != Op::kWriteImm) return region_op_len(wr, len);
   if (wr.num_sge > kMaxSge) return Code::kInvalidArg;
   size_t l = 0;
   for (int i = 0; i < wr.num_sge; ++i) l += wr.sge[i].len;
-  switch (wr.op) {
-    case Op::kSend:
-      if (l > max_msg_) return Code::kInvalidArg;
-      break;
-    case Op::kWrite:
-    case Op::kWriteImm:
-      break;
-    case Op::kRead:
-      // A guard (transport.h kWrGuard) reads one 8-byte word.
-      if ((wr.flags & kWrGuard) != 0 && (wr.num_sge != 1 || l != 8)) return Code::kInvalidArg;
-      break;
-    case Op::kFetchAdd:
-    case Op::kCmpSwap:
-      if (wr.num_sge < 1 || wr.sge[0].len < 8 || wr.sge[0].addr == nullptr) {
-        return Code::kInvalidArg;
-      }
-      l = 8;
-      break;
-    default:
-      return Code::kInvalidArg;
-  }
+  if (wr.op == Op::kSend && l > max_msg_) return Code::kInvalidArg;
   *len = l;
   return Status::ok();
 }

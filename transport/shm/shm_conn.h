@@ -30,6 +30,7 @@
 #include "common/siphash.h"
 #include "common/spinlock.h"
 #include "common/time.h"
+#include "transport/mapped_region.h"
 #include "transport/shm/shm_gather.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_transport.h"
@@ -175,14 +176,11 @@ class PollerCheck {
 };
 #endif
 
-// A peer's alloc_memory region, mapped here; unmapped when the last user lets go.
-struct RemoteMap {
-  std::byte* addr = nullptr;
-  size_t len = 0;
-  RemoteMap(std::byte* a, size_t l) : addr(a), len(l) {}
-  RemoteMap(const RemoteMap&) = delete;
-  RemoteMap& operator=(const RemoteMap&) = delete;
-  ~RemoteMap() { ::munmap(addr, len); }
+// A peer's alloc_memory region, mapped here with its rkey's rights;
+// unmapped when the last user (a post, a caller's view) lets go.
+struct RemoteMap final : MappedRegion {
+  RemoteMap(std::byte* a, size_t l, Access access) : MappedRegion(a, l, access) {}
+  ~RemoteMap() override { ::munmap(base(), len()); }
 };
 
 // One connection to one peer. The producer side (tx ring, backlog) is used by
@@ -202,6 +200,7 @@ class ShmConn {
         memfd_dev_(t->memfd_dev_),
         hello_done_(connector) {}
   ~ShmConn() {
+    retire_remote_maps();  // views a caller still holds stop being used
     if (seg_ != nullptr) ::munmap(seg_, seg_len_);
   }
   ShmConn(const ShmConn&) = delete;
@@ -234,17 +233,28 @@ class ShmConn {
 
   void mark_dead() {
     if (!dead_.exchange(true, std::memory_order_acq_rel)) ::shutdown(sock_.get(), SHUT_RDWR);
+    retire_remote_maps();  // a dead peer's memory is not reached through views either
   }
 
   Result<size_t> post(std::span<const WorkRequest> wrs);
+  // The region `rkey` names, mapped (at first use) for the caller's own
+  // loads and stores (Endpoint::view); null while the connection is dead or
+  // when the rkey names no region of the peer's. Cold path (shm_access.cc).
+  std::shared_ptr<const MappedRegion> view(uint64_t rkey);
 
-  // Unmaps the peer's regions (ops in flight keep theirs until they finish).
+  // Unmaps the peer's regions (ops in flight and views keep theirs until
+  // they let go; views see them retired).
   void drop_remote_maps() {
     std::vector<std::pair<uint64_t, std::shared_ptr<RemoteMap>>> old;
     {
       std::lock_guard<SpinLock> g(map_lock_);
       old.swap(maps_);
     }
+    for (auto& [k, m] : old) m->retire();
+  }
+  void retire_remote_maps() {
+    std::lock_guard<SpinLock> g(map_lock_);
+    for (auto& [k, m] : maps_) m->retire();
   }
 
   void trim_window(uint64_t window);
@@ -348,17 +358,8 @@ class ShmConn {
   Status check(const WorkRequest& wr, size_t* len) const;
   Status one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell);
   bool post_small_accesses(std::span<const WorkRequest> wrs, Result<size_t>* out);
-  // A guard read (transport.h kWrGuard), checked once done: one that found
-  // another word than it expects stops the post (Caps::guard_before), and
-  // an op's failure right after guards is the post's.
-  static bool is_guard(const WorkRequest& wr) {
-    return (wr.flags & kWrGuard) != 0 && wr.op == Op::kRead;
-  }
-  static bool guard_differs(const WorkRequest& wr);
   Status place(const WorkRequest& wr, size_t len) const;
   Result<std::shared_ptr<RemoteMap>> remote_map(uint64_t rkey);
-  // A read, write or atomic on a region mapped at `base`, after its checks.
-  static Status access(const WorkRequest& wr, size_t len, std::byte* base, size_t map_len);
 
   void lock_tx() {
     send_lock_.lock();

@@ -41,6 +41,7 @@ Status ShmTransport::init() {
   caps_.atomics64 = true;
   caps_.guarded_reads = true;  // a poster does each op itself, in order
   caps_.guard_before = true;
+  caps_.views = true;               // ShmConn::view: the regions it maps for posts
   caps_.needs_registration = true;  // peers reach only alloc_memory regions
   caps_.max_inline = static_cast<uint32_t>(max_single_);
   caps_.max_msg = config_.max_msg_bytes;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "transport/mapped_region.h"
 #include "transport_harness.h"
 
 namespace lt::transport::test {
@@ -35,15 +36,23 @@ class GuardHarness : public TransportHarness {
     g.compare = expect;
     return g;
   }
+  // Posted, or applied through a view of the region (Endpoint::view,
+  // MappedRegion::apply) while through_view_ is set.
+  Result<size_t> submit(std::span<const WorkRequest> wrs) {
+    if (!through_view_) return ab_->post(wrs);
+    auto v = ab_->view(mem_.rkey);
+    if (v == nullptr) return Code::kUnsupported;
+    return v->apply(wrs);
+  }
   // [guard, op]
   Result<size_t> guarded(uint64_t expect, const WorkRequest& op, uint64_t* word) {
     std::vector<WorkRequest> wrs{guard(expect, word), op};
-    return ab_->post(wrs);
+    return submit(wrs);
   }
   // [op, guard]
   Result<size_t> guard_after(const WorkRequest& op, uint64_t expect, uint64_t* word) {
     std::vector<WorkRequest> wrs{op, guard(expect, word)};
-    return ab_->post(wrs);
+    return submit(wrs);
   }
 
   // A guard just past the region, before a read: refused at post, the
@@ -54,7 +63,7 @@ class GuardHarness : public TransportHarness {
     WorkRequest g = guard(kWord, &word);
     g.remote.addr = kLen;
     std::vector<WorkRequest> wrs{g, rdma_wr(Op::kRead, 2, back.data(), back.size(), 0, mem_.rkey)};
-    auto r = ab_->post(wrs);
+    auto r = submit(wrs);
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), Code::kOutOfBounds);
     EXPECT_EQ(back, std::vector<std::byte>(64, std::byte{0xab}));
@@ -65,6 +74,7 @@ class GuardHarness : public TransportHarness {
   const size_t kLen;     // the region's bytes
   const size_t kWordAt;  // where the guard word is
   MemRegion mem_{};
+  bool through_view_ = false;
 };
 
 }  // namespace lt::transport::test

@@ -4,7 +4,8 @@
 // BAD_HANDLE, the op is not done and a read's destination keeps what it
 // held; an op that fails behind a matching guard fails the post. The first
 // post to a region maps it and goes op by op, as ops over 256 bytes do;
-// later small ones go under one lock: the cases run on both paths.
+// later small ones go under one lock: the cases run on both paths, and on
+// a view of the region (Endpoint::view), which must do what a post does.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -27,7 +28,8 @@ TEST_F(ShmGuard, TheTransportSaysItChecksTheGuardBeforeAnyOp) {
 }
 
 TEST_F(ShmGuard, MatchingGuardReadsBoth) {
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
+    through_view_ = pass == 2;
     for (size_t len : {size_t{8}, size_t{12}, size_t{16}, size_t{256}, size_t{4096}, kWordAt}) {
       std::vector<std::byte> back(len);
       uint64_t word = 0;
@@ -41,7 +43,8 @@ TEST_F(ShmGuard, MatchingGuardReadsBoth) {
 }
 
 TEST_F(ShmGuard, MismatchLeavesTheReadsDestinationUntouched) {
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
+    through_view_ = pass == 2;
     for (size_t len : {size_t{8}, size_t{12}, size_t{16}, size_t{256}, size_t{4096}}) {
       std::vector<std::byte> back(len, std::byte{0xab});
       uint64_t word = 0;
@@ -56,7 +59,8 @@ TEST_F(ShmGuard, MismatchLeavesTheReadsDestinationUntouched) {
 
 TEST_F(ShmGuard, AWriteIsDoneOnlyWhenTheWordMatches) {
   uint8_t seed = 10;
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
+    through_view_ = pass == 2;
     for (size_t len : {size_t{8}, size_t{12}, size_t{16}, size_t{256}, size_t{4096}}) {
       std::vector<std::byte> before(mem_.addr, mem_.addr + len);
       auto data = pattern(len, seed++);
@@ -74,42 +78,46 @@ TEST_F(ShmGuard, AWriteIsDoneOnlyWhenTheWordMatches) {
 }
 
 TEST_F(ShmGuard, AnAtomicIsDoneOnlyWhenTheWordMatches) {
-  uint64_t start = 5;
-  std::memcpy(mem_.addr + 64, &start, 8);
-  uint64_t old = 77, word = 0;
-  auto r = guarded(kWord + 1, atomic_wr(Op::kFetchAdd, &old, 64, mem_.rkey, 0, 3), &word);
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), Code::kBadHandle);
-  EXPECT_EQ(old, 77u);  // not done: the old value never came
-  r = guarded(kWord, atomic_wr(Op::kFetchAdd, &old, 64, mem_.rkey, 0, 3), &word);
-  ASSERT_TRUE(r.is_ok()) << r.status().name();
-  EXPECT_EQ(old, 5u);
-  r = guarded(kWord + 1, atomic_wr(Op::kCmpSwap, &old, 64, mem_.rkey, 8, 100), &word);
-  ASSERT_FALSE(r.is_ok());
-  r = guarded(kWord, atomic_wr(Op::kCmpSwap, &old, 64, mem_.rkey, 8, 100), &word);
-  ASSERT_TRUE(r.is_ok()) << r.status().name();
-  EXPECT_EQ(old, 8u);
-  uint64_t now = 0;
-  std::memcpy(&now, mem_.addr + 64, 8);
-  EXPECT_EQ(now, 100u);
-  // A misaligned atomic behind a matching guard fails the post as it would
-  // fail alone.
-  r = guarded(kWord, atomic_wr(Op::kFetchAdd, &old, 60, mem_.rkey, 0, 1), &word);
-  ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), Code::kAlign);
-  EXPECT_TRUE(ab_->alive());
+  for (bool view : {false, true}) {
+    through_view_ = view;
+    uint64_t start = 5;
+    std::memcpy(mem_.addr + 64, &start, 8);
+    uint64_t old = 77, word = 0;
+    auto r = guarded(kWord + 1, atomic_wr(Op::kFetchAdd, &old, 64, mem_.rkey, 0, 3), &word);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), Code::kBadHandle);
+    EXPECT_EQ(old, 77u);  // not done: the old value never came
+    r = guarded(kWord, atomic_wr(Op::kFetchAdd, &old, 64, mem_.rkey, 0, 3), &word);
+    ASSERT_TRUE(r.is_ok()) << r.status().name();
+    EXPECT_EQ(old, 5u);
+    r = guarded(kWord + 1, atomic_wr(Op::kCmpSwap, &old, 64, mem_.rkey, 8, 100), &word);
+    ASSERT_FALSE(r.is_ok());
+    r = guarded(kWord, atomic_wr(Op::kCmpSwap, &old, 64, mem_.rkey, 8, 100), &word);
+    ASSERT_TRUE(r.is_ok()) << r.status().name();
+    EXPECT_EQ(old, 8u);
+    uint64_t now = 0;
+    std::memcpy(&now, mem_.addr + 64, 8);
+    EXPECT_EQ(now, 100u);
+    // A misaligned atomic behind a matching guard fails the post as it would
+    // fail alone.
+    r = guarded(kWord, atomic_wr(Op::kFetchAdd, &old, 60, mem_.rkey, 0, 1), &word);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), Code::kAlign);
+    EXPECT_TRUE(ab_->alive());
+  }
 }
 
 TEST_F(ShmGuard, AGuardOfAnotherSizeOrOutsideTheRegionIsRefused) {
   std::vector<std::byte> back(64, std::byte{0xab});
   uint64_t word[2] = {0, 0};
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
+    through_view_ = pass == 2;
     std::vector<WorkRequest> wrs{
         rdma_wr(Op::kRead, 1, reinterpret_cast<std::byte*>(word), 16, kWordAt - 8, mem_.rkey),
         rdma_wr(Op::kRead, 2, back.data(), back.size(), 0, mem_.rkey)};
     wrs[0].flags = kWrGuard;
     wrs[0].compare = kWord;
-    auto r = ab_->post(wrs);
+    auto r = submit(wrs);
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().code(), Code::kInvalidArg);
     EXPECT_EQ(back, std::vector<std::byte>(64, std::byte{0xab}));
