@@ -1,7 +1,9 @@
 // ShmConn's one-sided operations: reads, writes and atomics straight on a
 // peer's mapped memory (regions it made with alloc_memory, mapped here at
-// first use), cross-memory copies into memory it registered (placement),
-// and the guard a post may check before its op (transport.h kWrGuard).
+// first use; the ops themselves are MappedRegion's), the views of those
+// mappings it hands to callers (Endpoint::view), cross-memory copies into
+// memory the peer registered (placement), and the guard a post may check
+// before its op (transport.h kWrGuard).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -214,8 +216,8 @@ std::shared_ptr<const MappedRegion> ShmConn::view(uint64_t rkey) {
   if (dead_.load(std::memory_order_acquire) || is_place_rkey(rkey)) return nullptr;
   auto r = remote_map(rkey);
   if (!r.is_ok()) return nullptr;
-  // A connection that died meanwhile retired its maps before this one joined
-  // them, or after: either way the caller sees it through live().
+  // mark_dead() may have retired the maps just before this one joined them:
+  // retired too, so the caller sees the death through live().
   if (dead_.load(std::memory_order_acquire)) (*r)->retire();
   return std::move(r.value());
 }
