@@ -1,10 +1,14 @@
 // What a master's LT_free does to the handles other nodes mapped: it
 // revokes them, so they fail at once with BAD_HANDLE and send nothing to the
-// owner, and a stopped mapper does not hold the free up.
+// owner, and a stopped mapper does not hold the free up. And LMRs made and
+// freed by the dozen on one peer: each op reaches its own LMR's memory
+// (over shm, more regions than a connection or a thread keeps mapped).
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cluster.h"
 #include "three_nodes.h"
@@ -54,6 +58,33 @@ TEST_P(ThreeNodes, FreeReturnsWhileAMapperIsStopped) {
   c->signal(SIGCONT);
   EXPECT_EQ(c->cmd("read " + m + " 0 1"), "err LT_ERR_BAD_HANDLE");
   EXPECT_EQ(c->cmd("write " + m + " 0 01"), "err LT_ERR_BAD_HANDLE");
+}
+
+TEST_P(ThreeNodes, ManyLmrsOnOnePeerMadeFreedAndMadeAgainKeepTheirOwnBytes) {
+  Proc* a = nodes_[0];
+  constexpr int kLmrs = 70;  // past the shm connection's 64 mapped regions
+  auto hex = [](int i) {
+    char b[3];
+    snprintf(b, sizeof(b), "%02x", i & 0xff);
+    return std::string(b);
+  };
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::string> hs;
+    for (int i = 0; i < kLmrs; ++i) {
+      hs.push_back(ok_value(a->cmd("malloc " + ids_[1] + " 4096 rwa")));
+      ASSERT_FALSE(hs.back().empty()) << i;
+      ASSERT_EQ(a->cmd("read " + hs.back() + " 8 1"), "ok 00") << "round " << round << ", " << i;
+      ASSERT_EQ(a->cmd("write " + hs.back() + " 8 " + hex(i + round)), "ok");
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int i = 0; i < kLmrs; ++i) {
+        ASSERT_EQ(a->cmd("read " + hs[i] + " 8 1"), "ok " + hex(i + round)) << i;
+        ASSERT_EQ(a->cmd("fadd " + hs[i] + " 16 1"), "ok " + std::to_string(pass)) << i;
+      }
+    }
+    for (const std::string& h : hs) ASSERT_EQ(a->cmd("free " + h), "ok");
+    EXPECT_EQ(a->cmd("read " + hs[0] + " 8 1").rfind("err ", 0), 0u) << "a freed LMR still read";
+  }
 }
 
 }  // namespace
