@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "common/racy.h"
 #include "common/small_copy.h"
 
 namespace lt::transport {
@@ -25,7 +26,11 @@ Status MappedRegion::access(const WorkRequest& wr, size_t len) const {
   std::byte* target = base_ + wr.remote.addr;
   switch (wr.op) {
     case Op::kWrite:
-    case Op::kRead:
+    case Op::kRead: {
+      // Region bytes are raced by design, as RDMA memory is (common/racy.h):
+      // threads of this process may read and write them through their views
+      // at once, as the peer and its other mappers may.
+      RacyAccess racy;
       for (int i = 0; i < wr.num_sge; ++i) {
         const size_t n = wr.sge[i].len;
         if (n == 0) continue;
@@ -38,6 +43,7 @@ Status MappedRegion::access(const WorkRequest& wr, size_t len) const {
         target += n;
       }
       return Status::ok();
+    }
     case Op::kFetchAdd:
     case Op::kCmpSwap: {
       if (wr.remote.addr % 8 != 0) return Code::kAlign;
