@@ -158,18 +158,22 @@ TEST_F(QosTwoTenants, ALatencyTenantThrottlesABulkTenantInAnotherProcess) {
   std::string q = etl->cmd("qos");
   EXPECT_EQ(qos_field(q, "bulk", "throttles"), 0) << q;
   // kv calls etl in a loop of 300000 calls; etl writes 1000000 bytes at a
-  // time meanwhile: at least 64 times, and on until one of its writes has
-  // waited for its class's tokens (at most 640 times a loop). How many
-  // writes pass before the cut rate makes one wait depends on the two
-  // processes' timing: 64 fast writes sometimes all went first, and under
-  // a sanitizer kv's loop has ended before 640 writes were made with none
-  // delayed; then kv calls again, up to four loops in all.
+  // time meanwhile, in ten back-to-back writes of 100000: at least 64 times,
+  // and on until one of its writes has waited for its class's tokens (at
+  // most 640 times a loop). How many writes pass before the cut rate makes
+  // one wait depends on the two processes' timing: 64 fast writes sometimes
+  // all went first, and under a sanitizer kv's loop has ended before 640
+  // writes were made with none delayed; then kv calls again, up to four
+  // loops in all. The writes go back to back because the bucket refills in
+  // the gaps between commands: under TSan, where making each command's
+  // pattern is slow and a write into a peer's mapped region is not, 2562
+  // single writes of 1000000 bytes were all let through.
   int writes = 0;
   bool delayed = false;
   for (int loop = 0; loop < 4 && !delayed; ++loop) {
     ASSERT_TRUE(kv->send("rpc_threads " + ietl + " 1 300000"));
     for (int i = 0; i < 640 && !delayed; ++i, ++writes) {
-      ASSERT_EQ(etl->cmd("write_pat " + h + " 0 1000000 " + std::to_string(writes) + " 1000000"),
+      ASSERT_EQ(etl->cmd("write_pat " + h + " 0 1000000 " + std::to_string(writes) + " 100000"),
                 "ok");
       if (i >= 63 && i % 16 == 15) delayed = qos_field(etl->cmd("qos"), "bulk", "delayed") >= 1;
     }
