@@ -275,6 +275,7 @@ int LT_compare_swap_async(lt_engine_t* e, lt_lmr_t lmr, uint64_t offset, uint64_
 }
 
 int LT_send(lt_engine_t* e, lt_node_t node, uint32_t port, const void* buf, size_t len) {
+  LT_TRACE_POINT('M');
   if (e == nullptr) return -LT_ERR_INVAL;
   lt::Deadline d = deadline(e);
   return retry_on_credits(e, d, [&]() -> Try {
@@ -306,6 +307,7 @@ int LT_recv(lt_engine_t* e, uint32_t port, void* buf, size_t cap, lt_node_t* src
     *src = s;
     *len = n;
   }
+  LT_TRACE_POINT('Z');
   return st;
 }
 

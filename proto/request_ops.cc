@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "common/trace_points.h"
 #include "proto/engine.h"
 #include "qos/cpu_policy.h"
 
@@ -224,6 +225,7 @@ Status Engine::wait_impl(ReqId id, Deadline d, Results* res) {
   // Sleep on the transports if the progress thread is parked (nobody else
   // polls), else on the request's futex: counted before end_spin may unpark
   // the progress thread, which looks.
+  LT_TRACE_POINT('g');
   const bool polls = spins && !r->done() && become_poller();
   bool counted = !polls && !r->done();
   if (counted) futex_sleepers_.fetch_add(1, std::memory_order_seq_cst);

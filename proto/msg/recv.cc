@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/small_copy.h"
+#include "common/trace_points.h"
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -108,6 +109,7 @@ void Engine::match_recv(Request* req, ReqId id) {
 // Copies an eager message into a claimed receive and completes it.
 void Engine::deliver_eager(Request* r, NodeId from, std::span<const std::byte> data) {
   finish(r, fill_recv(r, from, data));
+  LT_TRACE_POINT('f');
 }
 
 // Completes a claimed receive with a message staged at its sender: read it
@@ -164,6 +166,7 @@ void Engine::serve_msg(NodeId from, const MsgHeader& h, std::span<const std::byt
 // A message (eager, or a rendezvous request) arrived: to the oldest posted
 // receive of its port, or into the port's unexpected store.
 void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
+  LT_TRACE_POINT('v');
   const bool rts = h.op == static_cast<uint8_t>(MsgOp::kMsgRts);
   const bool credit_now = (h.flags & kFlagCreditNow) != 0;
   uint32_t port = rts ? load<MsgRts>(b).port : load<MsgEager>(b).port;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/trace_points.h"
 #include "proto/engine.h"
 
 namespace lt::proto {
@@ -49,6 +50,7 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
     return c;
   }
   MsgCreditGuard credit(credits_, node, credit_now);
+  LT_TRACE_POINT('n');
   if (via == nullptr) return send_to_self(port, buf, len, credit);
   const transport::Caps& caps = via->caps();
   if (len <= caps.eager_max)

@@ -5,6 +5,8 @@
 #include <cinttypes>
 #include <cstring>
 
+#include "common/trace_points.h"
+
 namespace lt::transport::shm {
 
 // A record that does not fit before the window's end goes at ring offset 0,
@@ -32,6 +34,7 @@ bool ShmConn::write_single_locked(const Gather& g, size_t len, uint32_t imm) {
   write_header(idx, RecKind::kMsg, len, imm, 0);
   g.copy(tx_ring_ + idx + kRecHdr, g.base, len);
   publish_record(idx, rec);
+  LT_TRACE_POINT('w');
   return true;
 }
 
@@ -180,6 +183,7 @@ Status ShmConn::check(const WorkRequest& wr, size_t* len) const {
 }
 
 Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
+  LT_TRACE_POINT('t');
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
   if (Result<size_t> r = 0; post_small_accesses(wrs, &r)) return r;  // shm_access.cc
   const size_t limit = std::min(wrs.size(), kMaxPostBatch);
@@ -211,6 +215,7 @@ Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
   }
   if (locked) bell |= unlock_tx();
   if (bell) net::ring_eventfd(peer_bell_.get());
+  LT_TRACE_POINT('u');
   if (guard_failed) return Code::kBadHandle;  // what came before it is done; nothing after
   // After nothing but guards, the op's failure is the post's.
   if (count == guards && !err.is_ok()) return err;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <random>
 
+#include "common/trace_points.h"
 #include "transport/factory.h"
 #include "transport/shm/shm_conn.h"
 
@@ -200,6 +201,7 @@ bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
           progress = true;
           continue;
         case RecKind::kMsg: {
+          LT_TRACE_POINT('d');
           fill_recv_completion(&out[(*n)++], c->peer_.load(std::memory_order_relaxed), at + kRecHdr,
                                h.len, h.imm, h.cpu);
           if (!c->lent_ && !c->stage_lent_) lent_.push_back(c);
