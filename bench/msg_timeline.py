@@ -33,9 +33,8 @@ nothing runs, shows it.
 """
 import argparse
 import bisect
-import glob
-import os
-import struct
+
+from trace_records import read_run
 
 SEGMENTS = [
     ("M", "n", "LT_send to endpoint and credit"),
@@ -51,28 +50,8 @@ SEGMENTS = [
 
 
 def load(directory):
-    """Per process: its records by time, (ns, tid, letter)."""
-    procs, rates = {}, []
-    for path in glob.glob(os.path.join(directory, "trace.*")):
-        pid = int(path.rsplit(".", 1)[1])
-        recs = []
-        with open(path, "rb") as f:
-            data = f.read()
-        for off in range(0, len(data), 16):
-            ticks, letter, tid = struct.unpack_from("<QII", data, off)
-            if ticks == 0:
-                break
-            if chr(letter) == "#":  # ticks per second, measured by this process
-                rates.append(ticks)
-                continue
-            recs.append((ticks, tid, chr(letter)))
-        procs[pid] = recs
-    # One rate for both processes (rpc_timeline.py says why).
-    per_ns = sorted(rates)[len(rates) // 2] / 1e9 if rates else 1.0
-    for pid, recs in procs.items():
-        recs = sorted((int(t / per_ns), tid, letter) for t, tid, letter in recs)
-        procs[pid] = recs[len(recs) // 10:]
-    return procs
+    """Per process: its records by time, (ns, tid, letter), warm-up left out."""
+    return {pid: recs[len(recs) // 10:] for pid, recs in read_run(directory).items()}
 
 
 def segments(recs):

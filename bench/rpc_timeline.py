@@ -20,10 +20,9 @@ and prints the median and quartiles of each, in microseconds.
   bench/rpc_timeline.py [--show N] DIR [DIR ...]
 """
 import argparse
-import glob
-import os
-import struct
 import sys
+
+from trace_records import read_run
 
 PHASES = [
     ("client: call to request post", "B", "Cp"),
@@ -38,26 +37,8 @@ PHASES = [
 
 def load(directory):
     """All records of a run, by time: (ns, pid, tid, letter)."""
-    records, rates = [], []
-    for path in glob.glob(os.path.join(directory, "trace.*")):
-        pid = int(path.rsplit(".", 1)[1])
-        with open(path, "rb") as f:
-            data = f.read()
-        for off in range(0, len(data), 16):
-            ticks, letter, tid = struct.unpack_from("<QII", data, off)
-            if ticks == 0:
-                break
-            if chr(letter) == "#":  # ticks per second, measured by this process
-                rates.append(ticks)
-                continue
-            records.append((ticks, pid, tid, chr(letter)))
-    # One rate for every process: the counter is the machine's, and each
-    # process's own measurement of it differs a little, which, over the
-    # counter's whole value, would shift the processes apart by seconds.
-    per_ns = sorted(rates)[len(rates) // 2] / 1e9 if rates else 1.0
-    records = [(int(t / per_ns), pid, tid, letter) for t, pid, tid, letter in records]
-    records.sort()
-    return records
+    return sorted((ns, pid, tid, letter) for pid, recs in read_run(directory).items()
+                  for ns, tid, letter in recs)
 
 
 def round_trips(records):
