@@ -25,8 +25,8 @@ trip is the same chain of points, on the sender and then on the receiver:
 Each segment is taken per process from consecutive points (points of other
 threads, the progress thread's, are skipped), the first tenth of each run
 left out as warm-up, and printed as its median and quartiles per process in
-nanoseconds. A point costs a counter read and a locked add (10-20 ns), which
-every segment includes once: the Z -> M row of the server, where almost
+nanoseconds. A point costs a counter read and a locked add (20-30 ns on a
+Zen 1 VM), which every segment includes once: the Z -> M row of the server, where almost
 nothing runs, shows it.
 
   bench/msg_timeline.py DIR [DIR ...]
@@ -94,7 +94,6 @@ def main():
             print("%s: expected two processes, found %d" % (d, len(procs)))
             continue
         pids = sorted(procs)  # the client starts first
-        names = {pids[0]: "client", pids[1]: "server"}
         segs = {pid: segments(procs[pid]) for pid in pids}
         print("%s: p50 ns (quartiles), per process" % d)
         print("  %-42s %20s %20s" % ("segment", "client", "server"))
