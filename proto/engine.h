@@ -343,6 +343,10 @@ class Engine {
   Status post_rest(NodeId p, transport::Endpoint* ep, std::span<const transport::WorkRequest> wrs,
                    Deadline d, size_t* posted, Result<size_t> r);
   void count_tx(NodeId p, std::span<const transport::WorkRequest> wrs);  // traffic_
+  // One message of `bytes` posted to `p` through `via` (post_short).
+  void count_tx_one(NodeId p, const transport::Transport* via, uint64_t bytes) {
+    traffic_.tx(p, transports_.index_of(via), 1, bytes);
+  }
   // sched_.post, and for a thread whose posts are deferred (and held, on a
   // transport that gathers) a pass asked for.
   Result<size_t> post_via_sched(NodeId p, transport::Endpoint* ep,
@@ -449,8 +453,8 @@ class Engine {
   // These three complete at their post and return kDoneReqId.
   Result<ReqId> send_to_self(uint32_t port, const void* buf, size_t len, MsgCreditGuard& credit);
   // `ep`: the endpoint to `node`, held by send_impl for the whole send.
-  Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, bool gathers, uint32_t port,
-                           const void* buf, size_t len, MsgCreditGuard& credit);
+  Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, const transport::Transport* via,
+                           uint32_t port, const void* buf, size_t len, MsgCreditGuard& credit);
   Result<ReqId> send_staged(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
                             size_t len, uint64_t stage_off, MsgCreditGuard& credit);
   Result<ReqId> send_rndv(NodeId node, transport::Transport* via, uint32_t port, const void* buf,

@@ -33,6 +33,13 @@ class ConnEndpoint final : public Endpoint {
  public:
   explicit ConnEndpoint(std::shared_ptr<Conn> c) : c_(std::move(c)) {}
   Result<size_t> post(std::span<const WorkRequest> wrs) override { return c_->post(wrs); }
+  bool post_short(const void* hdr, size_t hlen, const void* data, size_t dlen) override {
+    if constexpr (requires(Conn & c) { c.post_short(hdr, hlen, data, dlen); }) {
+      return c_->post_short(hdr, hlen, data, dlen);
+    } else {
+      return Endpoint::post_short(hdr, hlen, data, dlen);
+    }
+  }
   NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
   bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
   void flush() override {

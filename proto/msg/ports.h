@@ -88,15 +88,9 @@ class PortTable {
   /// The entry of `port`, made on first use. Caller holds mutex(). One
   /// message stream usually uses one port: the last lookup is kept.
   Port& get_locked(uint32_t port) {
-    if (last_ != nullptr && last_num_ == port) return *last_;
-    auto it = ports_.find(port);
-    if (it == ports_.end()) {
-      if (ports_.size() >= sweep_at_) sweep_locked();
-      it = ports_.emplace(port, std::make_unique<Port>()).first;
-    }
-    last_num_ = port;
-    last_ = it->second.get();
-    return *it->second;
+    if (last_ != nullptr && last_num_ == port) [[likely]]
+      return *last_;
+    return find_locked(port);
   }
 
   /// Keeps a message no receive waited for in `p`'s store. Caller holds mutex().
@@ -110,6 +104,12 @@ class PortTable {
     p.unexpected.pop_front();
     add_waiting(-1);
     return u;
+  }
+  /// Drops the oldest message of `p`'s store (not empty), once its bytes
+  /// were copied out in place. Caller holds mutex().
+  void drop_front_locked(Port& p) {
+    p.unexpected.pop_front();
+    add_waiting(-1);
   }
   /// Whether any port may hold a message: read without the lock, so a
   /// receive looks for a waiting one (and takes the lock) only when there
@@ -139,6 +139,19 @@ class PortTable {
   size_t size_locked() const { return ports_.size(); }
 
  private:
+  // get_locked() past the last port looked up: out of line, so the usual
+  // case stays a compare inlined into its callers.
+  [[gnu::noinline]] Port& find_locked(uint32_t port) {
+    auto it = ports_.find(port);
+    if (it == ports_.end()) {
+      if (ports_.size() >= sweep_at_) sweep_locked();
+      it = ports_.emplace(port, std::make_unique<Port>()).first;
+    }
+    last_num_ = port;
+    last_ = it->second.get();
+    return *it->second;
+  }
+
   void sweep_locked() {
     // An empty port holds nothing: it is made again on its next use.
     std::erase_if(ports_, [](const auto& kv) { return kv.second->empty(); });

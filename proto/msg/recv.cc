@@ -36,24 +36,39 @@ Result<ReqId> Engine::recv_async(uint32_t port, void* buf, size_t cap, NodeId* s
 // streaming receiver that fell behind, a server taking a burst). With QoS
 // classes on, receives pass their class's gate as requests, so they are
 // counted as before.
+//
+// A message kept inline is copied out where it lies, under the port's lock
+// (at most MsgBytes::kInline bytes); a larger one is moved out first and
+// copied after the lock.
 bool Engine::take_waiting(uint32_t port, void* buf, size_t cap, NodeId* src, size_t* len) {
   if (!client_.ports.any_waiting() || sched_.enabled()) return false;
   Unexpected u;
-  bool credit_due = false;
+  NodeId from = 0;
+  bool credit_due = false, in_place = false;
   {
     std::lock_guard<SpinLock> g(client_.ports.mutex());
     Port& p = client_.ports.get_locked(port);
     if (p.unexpected.empty()) return false;
     const Unexpected& f = p.unexpected.front();
     if (f.rts || f.len > cap) return false;  // a pull, or a truncation: the request path
-    u = client_.ports.take_locked(p);
-    credit_due = credits_.count_consumed(u.src, u.src == self() || u.credit_now);
+    from = f.src;
+    credit_due = credits_.count_consumed(from, from == self() || f.credit_now);
+    in_place = f.len <= MsgBytes::kInline;
+    if (in_place) {
+      if (f.len != 0) copy_small(buf, f.data.view().data(), f.len);
+      *len = f.len;
+      client_.ports.drop_front_locked(p);
+    } else {
+      u = client_.ports.take_locked(p);
+    }
   }
-  std::span<const std::byte> data = u.data.view();
-  if (!data.empty()) copy_small(buf, data.data(), data.size());
-  *src = u.src;
-  *len = data.size();
-  if (credit_due) send_credit(u.src);
+  if (!in_place) {
+    std::span<const std::byte> data = u.data.view();
+    copy_small(buf, data.data(), data.size());
+    *len = data.size();
+  }
+  *src = from;
+  if (credit_due) send_credit(from);
   return true;
 }
 

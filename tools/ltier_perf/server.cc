@@ -93,7 +93,15 @@ void rpc_loop_server(lt_engine_t* e, const std::atomic<bool>& stop) {
   }
 }
 
-std::string self_exe() { return "/proc/" + std::to_string(getpid()) + "/exe"; }
+// This binary's path, for the server node's process. readlink, not
+// /proc/PID/exe itself: under valgrind --trace-children that names
+// valgrind's tool, and the server would not run under the tool.
+std::string self_exe() {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "/proc/" + std::to_string(getpid()) + "/exe";
+  return std::string(path, static_cast<size_t>(n));
+}
 
 }  // namespace
 

@@ -237,6 +237,8 @@ class ShmConn {
   }
 
   Result<size_t> post(std::span<const WorkRequest> wrs);
+  // Endpoint::post_short: one record, or false with nothing written.
+  bool post_short(const void* hdr, size_t hlen, const void* data, size_t dlen);
   // The region `rkey` names, mapped (at first use) for the caller's own
   // loads and stores (Endpoint::view); null while the connection is dead or
   // when the rkey names no region of the peer's. Cold path (shm_access.cc).
@@ -463,6 +465,7 @@ class ShmConn {
     publish_record(idx, bytes);
   }
   bool single_fits_locked(size_t len);
+  bool reserve_single_locked(size_t len, uint32_t imm, uint64_t* idx);
   bool write_single_locked(const Gather& g, size_t len, uint32_t imm);
   size_t write_frags_locked(const Gather& g, size_t total, uint32_t imm, size_t off);
   bool enqueue_locked(const Gather& g, size_t len, uint32_t imm, bool must_queue);
