@@ -453,8 +453,8 @@ class Engine {
   // These three complete at their post and return kDoneReqId.
   Result<ReqId> send_to_self(uint32_t port, const void* buf, size_t len, MsgCreditGuard& credit);
   // `ep`: the endpoint to `node`, held by send_impl for the whole send.
-  Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, const transport::Transport* via,
-                           uint32_t port, const void* buf, size_t len, MsgCreditGuard& credit);
+  Result<ReqId> send_eager(NodeId node, transport::Endpoint* ep, bool gathers, uint32_t port,
+                           const void* buf, size_t len, MsgCreditGuard& credit);
   Result<ReqId> send_staged(NodeId node, transport::Endpoint* ep, uint32_t port, const void* buf,
                             size_t len, uint64_t stage_off, MsgCreditGuard& credit);
   Result<ReqId> send_rndv(NodeId node, transport::Transport* via, uint32_t port, const void* buf,

@@ -158,8 +158,23 @@ Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, si
   return send_on(p, ep.get(), hdr, hlen, data, dlen, d, reply, more);
 }
 
+// A message that is not held (kWrMore), from a thread whose posts are not
+// deferred, is first offered to the transport's short path
+// (Endpoint::post_short: no work request built, one traffic count); what
+// that does not take goes by post_all(), which queues it, waits for room or
+// says why.
 Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_t hlen,
                        const void* data, size_t dlen, Deadline d, bool reply, bool more) {
+  // A reply sent while handling a batch with more to come waits for the
+  // batch's last reply (or the flush after it): one system call per batch.
+  if (reply && holder_.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
+      more_in_batch_) {
+    more = true;
+  }
+  if (!more && !sched_.defers_posts() && ep->post_short(hdr, hlen, data, dlen)) {
+    count_tx_one(p, peers_.via(p), hlen + dlen);
+    return Status::ok();
+  }
   WorkRequest wr;
   wr.op = transport::Op::kSend;
   wr.num_sge = dlen ? 2 : 1;
@@ -167,12 +182,6 @@ Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_
   wr.sge[1] = {static_cast<const std::byte*>(data), static_cast<uint32_t>(dlen), 0};
   if (reply) wr.flags |= transport::kWrMustQueue;
   if (more) wr.flags |= transport::kWrMore;
-  // A reply sent while handling a batch with more to come waits for the
-  // batch's last reply (or the flush after it): one system call per batch.
-  if (reply && holder_.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
-      more_in_batch_) {
-    wr.flags |= transport::kWrMore;
-  }
   return post_all(p, ep, std::span<const WorkRequest>(&wr, 1), d);
 }
 

@@ -53,7 +53,8 @@ Result<ReqId> Engine::send_impl(NodeId node, uint32_t port, const void* buf, siz
   LT_TRACE_POINT('n');
   if (via == nullptr) return send_to_self(port, buf, len, credit);
   const transport::Caps& caps = via->caps();
-  if (len <= caps.eager_max) return send_eager(node, ep.get(), via, port, buf, len, credit);
+  if (len <= caps.eager_max)
+    return send_eager(node, ep.get(), caps.gathers, port, buf, len, credit);
   // Staged when the transport reads natively but cannot place (no
   // cross-memory attach), or places at a cost a second copy undercuts
   // (Caps::place_min_bytes): placement is one copy and needs no stage, so
@@ -103,22 +104,12 @@ Result<ReqId> Engine::send_to_self(uint32_t port, const void* buf, size_t len,
 // it with the ones that follow in one system call). It is held at most
 // until the next progress pass, which CorkWatch keeps within ParkTimer's
 // window; when no pass is sure to come that soon, it goes now.
-//
-// A message that is not held tries the transport's short path first
-// (Endpoint::post_short: no work request built, one traffic count);
-// what it does not take goes by send_on(), which queues it or says why.
-Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep,
-                                 const transport::Transport* via, uint32_t port, const void* buf,
-                                 size_t len, MsgCreditGuard& credit) {
+Result<ReqId> Engine::send_eager(NodeId node, transport::Endpoint* ep, bool gathers, uint32_t port,
+                                 const void* buf, size_t len, MsgCreditGuard& credit) {
   LT_RETURN_IF_ERROR(admit_send(node, len));
   MsgEager m{credit.header(MsgOp::kMsgEager, 0), port, credit.take_owed()};
-  const bool gathers = via->caps().gathers;
   const bool hold = gathers && credits_.msg_in_use(node) > credits_.msg_hold_depth();
-  if (!hold && !sched_.defers_posts() && ep->post_short(&m, sizeof(m), buf, len)) {
-    count_tx_one(node, via, sizeof(m) + len);
-  } else {
-    LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false, hold));
-  }
+  LT_RETURN_IF_ERROR(send_on(node, ep, &m, sizeof(m), buf, len, default_deadline(), false, hold));
   credit.sent();
   if (hold && !sched_.defers_posts() && !corks_.held_back()) ep->flush();
   return kDoneReqId;
