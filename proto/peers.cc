@@ -158,11 +158,11 @@ Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, si
   return send_on(p, ep.get(), hdr, hlen, data, dlen, d, reply, more);
 }
 
-// A message that is not held (kWrMore), from a thread whose posts are not
-// deferred, is first offered to the transport's short path
-// (Endpoint::post_short: no work request built, one traffic count); what
-// that does not take goes by post_all(), which queues it, waits for room or
-// says why.
+// A message from a thread whose posts are not deferred is first offered to
+// the transport's short path (Endpoint::post_short: no work request built,
+// one traffic count), unless it is to be held (kWrMore) by a transport that
+// gathers; what the short path does not take goes by post_all(), which
+// queues it, waits for room or says why.
 Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_t hlen,
                        const void* data, size_t dlen, Deadline d, bool reply, bool more) {
   // A reply sent while handling a batch with more to come waits for the
@@ -171,8 +171,11 @@ Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_
       more_in_batch_) {
     more = true;
   }
-  if (!more && !sched_.defers_posts() && ep->post_short(hdr, hlen, data, dlen)) {
-    count_tx_one(p, peers_.via(p), hlen + dlen);
+  // kWrMore means nothing to a transport that does not gather (shm, verbs).
+  const transport::Transport* via = peers_.via(p);
+  if (via != nullptr && (!more || !via->caps().gathers) && !sched_.defers_posts() &&
+      ep->post_short(hdr, hlen, data, dlen)) {
+    count_tx_one(p, via, hlen + dlen);
     return Status::ok();
   }
   WorkRequest wr;
