@@ -284,11 +284,13 @@ class Endpoint {  // one peer on one transport; thread-safe
   /// memory an accepted kSend gathers may be reused as soon as post returns.
   /// kPeerDown once the connection is broken; kUnsupported for ops not in Caps.
   virtual Result<size_t> post(std::span<const WorkRequest> wrs) = 0;
-  /// A small kSend (unsignaled, no flags) of `hdr` then `data`, taken whole
-  /// now or not at all, with no WorkRequest built: the short-message entry
-  /// UCT has beside its general one (am_short). False: not taken (no room
-  /// now, a dead connection, too big for one record, or no such path on
-  /// this transport); post() it instead, which says why or takes it.
+  /// A small unsignaled kSend of `hdr` then `data`, taken whole now or not
+  /// at all, with no WorkRequest built: the short-message entry UCT has
+  /// beside its general one (am_short). False: not taken (no room now, a
+  /// dead connection, too big for one record, or no such path on this
+  /// transport); post() it instead, with the flags it would have had
+  /// (kWrMustQueue), which says why or takes it. A transport that gathers
+  /// is offered no message its poster would hold (kWrMore).
   virtual bool post_short(const void* hdr, size_t hlen, const void* data, size_t dlen) {
     (void)hdr, (void)hlen, (void)data, (void)dlen;
     return false;
