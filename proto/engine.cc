@@ -133,7 +133,8 @@ Status Engine::join() {
   LT_DEBUG("join: transports up at %s", addresses.c_str());
   LT_RETURN_IF_ERROR(
       membership_->join(JoinInfo{config_.cluster, config_.qos.tenant, addresses, rank}, d));
-  LT_DEBUG("join: admitted as node %u", membership_->self());
+  self_ = membership_->self();
+  LT_DEBUG("join: admitted as node %u", self_);
   for (const Member& m : membership_->members()) claim_peer(m.node);  // self included
   const Mac key = hello_key(config_.cluster.secret, membership_->cluster_token());
   for (auto& t : transports_.all()) {

@@ -87,7 +87,10 @@ class Engine {
   /// Leaves the cluster; ops still in flight fail with kClosed.
   void leave();
 
-  NodeId self() const { return membership_ ? membership_->self() : 0; }
+  /// This node's id (0 before join): the membership's, kept here at join
+  /// (it never changes after; a rejoin claims the same id) so that the
+  /// per-message checks make no virtual call.
+  NodeId self() const { return self_; }
   /// kNotJoined before join; kClosed once ltier-manager declared this node
   /// down while it was alive (a stall past the down time: expel()).
   Status usable() const {
@@ -325,8 +328,16 @@ class Engine {
   void open_poller_set();
 
   // ---- peers.cc: endpoints and the single post path
-  // The endpoint to `p` into *out, which keeps it valid while it lives.
-  Status endpoint(NodeId p, Deadline d, EndpointRef* out);
+  // The endpoint to `p` into *out, which keeps it valid while it lives: the
+  // cached one here (every post asks), else endpoint_slow() in peers.cc.
+  Status endpoint(NodeId p, Deadline d, EndpointRef* out) {
+    if (transport::Endpoint* e = peers_.valid(p) ? peers_.usable(p) : nullptr) [[likely]] {
+      out->set(e);
+      return Status::ok();
+    }
+    return endpoint_slow(p, d, out);
+  }
+  Status endpoint_slow(NodeId p, Deadline d, EndpointRef* out);
   Status connect_peer(NodeId p, Deadline d, EndpointRef* out);
   // more: another post to `p` is sure to follow soon (see rpc_async), so a
   // stream transport may hold this one for the same system call.
@@ -513,6 +524,7 @@ class Engine {
   qos::Scheduler sched_;
   Traffic traffic_;  // per peer and transport, counted by each thread in its own block
   std::unique_ptr<Membership> membership_;  // ltier-manager's today (make_membership)
+  NodeId self_ = 0;                         // membership_->self() once joined
   MemberEvents events_;
   TransportSet transports_;  // set at join, then read-only
   uint32_t max_payload_ = 0;

@@ -72,7 +72,8 @@ size_t PeerTable::retired() const { return retired_count_.load(std::memory_order
 
 // ---- Engine: reaching peers
 
-Status Engine::endpoint(NodeId p, Deadline d, EndpointRef* out) {
+// endpoint() without a usable cached endpoint: PEER_DOWN, or a connection.
+Status Engine::endpoint_slow(NodeId p, Deadline d, EndpointRef* out) {
   if (!peers_.valid(p) || peers_.down(p)) return Code::kPeerDown;
   if (transport::Endpoint* e = peers_.live(p); e != nullptr) {
     out->set(e);

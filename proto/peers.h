@@ -62,6 +62,17 @@ class PeerTable {
     if (s.id.load(std::memory_order_seq_cst) != p) return nullptr;
     return e != nullptr && e->alive() ? e : nullptr;
   }
+  /// live(p) for a node that holds its slot and is not down, else null:
+  /// Engine::endpoint()'s fast path, in one read of the slot.
+  transport::Endpoint* usable(NodeId p) const {
+    const Slot& s = at(p);
+    transport::Endpoint* e = s.ep.load(std::memory_order_seq_cst);  // as live()
+    if (s.id.load(std::memory_order_seq_cst) != p || e == nullptr ||
+        s.down.load(std::memory_order_relaxed)) {
+      return nullptr;
+    }
+    return e->alive() ? e : nullptr;
+  }
   /// The transport of `p`'s endpoint (null before the first contact).
   transport::Transport* via(NodeId p) const {
     const Slot& s = at(p);

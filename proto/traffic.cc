@@ -11,9 +11,9 @@ namespace {
 std::atomic<uint64_t> next_serial{1};
 }  // namespace
 
-LT_TLS_FAST thread_local Traffic::TlsEntry Traffic::tls_[4];
-LT_TLS_FAST thread_local uint32_t Traffic::tls_next_ = 0;
-LT_TLS_FAST thread_local Traffic::LastCell Traffic::last_;
+LT_TLS_FAST constinit thread_local Traffic::TlsEntry Traffic::tls_[4];
+LT_TLS_FAST constinit thread_local uint32_t Traffic::tls_next_ = 0;
+LT_TLS_FAST constinit thread_local Traffic::LastCell Traffic::last_;
 
 Traffic::Traffic() : serial_(next_serial.fetch_add(1, std::memory_order_relaxed)) {}
 
@@ -21,6 +21,29 @@ Traffic::~Traffic() = default;
 
 Traffic::Block::~Block() {
   for (auto& c : chunks) delete c.load(std::memory_order_relaxed);
+}
+
+__attribute__((noinline)) Traffic::Cell* Traffic::find_cell(NodeId node, uint32_t transport) {
+  if (transport >= kMaxTransports || node == transport::kNoNode) return nullptr;
+  Block* b = mine();
+  if (b == nullptr) return nullptr;
+  const uint32_t slot = transport::node_slot(node);
+  Chunk* ch = b->chunks[slot / kSlotsPerChunk].load(std::memory_order_relaxed);
+  if (ch == nullptr) ch = add_chunk(b, slot / kSlotsPerChunk);
+  if (ch == nullptr) return nullptr;
+  SlotCells& s = ch->slots[slot % kSlotsPerChunk];
+  if (s.id.load(std::memory_order_relaxed) != node) reset(s, node);
+  last_ = {serial_, node, transport, &s.by_transport[transport]};
+  return last_.cell;
+}
+
+// A few engines per thread stay cached; ids are never reused, so a cached
+// entry of an engine gone names no live one.
+Traffic::Block* Traffic::mine() {
+  for (auto& e : tls_) {
+    if (e.serial == serial_) return e.block;
+  }
+  return mine_slow();
 }
 
 // The calling thread's block, made at its first count (or taken over from an

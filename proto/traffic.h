@@ -86,34 +86,19 @@ class Traffic {
   static void bump(std::atomic<uint64_t>& v, uint64_t by) {
     v.store(v.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
   }
+  // The hit is a leaf: the lookup stays out of line, so a count pays no
+  // saved registers for it.
   Cell* cell(NodeId node, uint32_t transport) {
-    LastCell& l = last_;
-    if (l.serial == serial_ && l.node == node && l.transport == transport) return l.cell;
+    const LastCell& l = last_;
+    if (l.serial == serial_ && l.node == node && l.transport == transport) [[likely]] {
+      return l.cell;
+    }
     return find_cell(node, transport);
   }
   // The full lookup: the thread's block, its chunk, the slot (three
   // dependent loads), reset for a node new in the slot; remembered in last_.
-  Cell* find_cell(NodeId node, uint32_t transport) {
-    if (transport >= kMaxTransports || node == transport::kNoNode) return nullptr;
-    Block* b = mine();
-    if (b == nullptr) return nullptr;
-    const uint32_t slot = transport::node_slot(node);
-    Chunk* ch = b->chunks[slot / kSlotsPerChunk].load(std::memory_order_relaxed);
-    if (ch == nullptr) ch = add_chunk(b, slot / kSlotsPerChunk);
-    if (ch == nullptr) return nullptr;
-    SlotCells& s = ch->slots[slot % kSlotsPerChunk];
-    if (s.id.load(std::memory_order_relaxed) != node) reset(s, node);
-    last_ = {serial_, node, transport, &s.by_transport[transport]};
-    return last_.cell;
-  }
-  Block* mine() {
-    // A few engines per thread stay cached; ids are never reused, so a
-    // cached entry of an engine gone names no live one.
-    for (auto& e : tls_) {
-      if (e.serial == serial_) return e.block;
-    }
-    return mine_slow();
-  }
+  Cell* find_cell(NodeId node, uint32_t transport);
+  Block* mine();
   Block* mine_slow();
   static Chunk* add_chunk(Block* b, uint32_t i);
   static void reset(SlotCells& s, NodeId node);
@@ -122,8 +107,9 @@ class Traffic {
     uint64_t serial = 0;
     Block* block = nullptr;
   };
-  LT_TLS_FAST static thread_local TlsEntry tls_[4];
-  LT_TLS_FAST static thread_local uint32_t tls_next_;
+  // constinit: no dynamic initialization, so a use needs no TLS wrapper call.
+  LT_TLS_FAST static constinit thread_local TlsEntry tls_[4];
+  LT_TLS_FAST static constinit thread_local uint32_t tls_next_;
   // The cell this thread counted in last, in whichever engine: a thread
   // mostly talks to one peer over one transport at a time. It stays right
   // while the key matches: only this thread resets a slot of its block (in
@@ -135,7 +121,7 @@ class Traffic {
     uint32_t transport = 0;
     Cell* cell = nullptr;
   };
-  LT_TLS_FAST static thread_local LastCell last_;
+  LT_TLS_FAST static constinit thread_local LastCell last_;
 
   const uint64_t serial_;
   mutable std::mutex mu_;  // blocks_: a thread's first count, and readers

@@ -10,7 +10,7 @@
 
 namespace lt::qos {
 
-LT_TLS_FAST thread_local bool tl_runs_idle = false;
+LT_TLS_FAST constinit thread_local bool tl_runs_idle = false;
 
 namespace {
 

@@ -34,7 +34,7 @@ void set_thread_cpu_policy(QosCpuPolicy p);
 
 /// Set while ltier has the calling thread under SCHED_IDLE (only the
 /// thread it changed: threads it starts inherit the policy, not this).
-extern LT_TLS_FAST thread_local bool tl_runs_idle;
+extern LT_TLS_FAST constinit thread_local bool tl_runs_idle;  // constinit: no TLS wrapper call
 
 /// Whether ltier put the calling thread under SCHED_IDLE (on every
 /// progress pass: one load off the thread pointer).
