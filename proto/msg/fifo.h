@@ -24,9 +24,12 @@ class Fifo {
   /// The i-th oldest element (i < size()).
   const T& operator[](size_t i) const { return slots_[(head_ + i) & mask()]; }
 
-  void push_back(T&& v) {
+  void push_back(T&& v) { emplace_back() = std::move(v); }
+  /// A new newest element, default-initialized in its slot (every slot past
+  /// the newest is): the caller fills it there, with no temporary to move.
+  T& emplace_back() {
     if (size() == slots_.size()) grow();
-    slots_[tail_++ & mask()] = std::move(v);
+    return slots_[tail_++ & mask()];
   }
   /// Drops the oldest element (not empty); its slot lets go of what it held.
   /// Remade default-initialized, not assigned T{}: that value-initializes a

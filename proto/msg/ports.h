@@ -93,10 +93,12 @@ class PortTable {
     return find_locked(port);
   }
 
-  /// Keeps a message no receive waited for in `p`'s store. Caller holds mutex().
-  void keep_locked(Port& p, Unexpected&& u) {
-    p.unexpected.push_back(std::move(u));
+  /// Keeps a message no receive waited for in `p`'s store, made in its place
+  /// (no temporary to move): the caller holds mutex() and fills the returned
+  /// entry before it lets go.
+  Unexpected& keep_new_locked(Port& p) {
     add_waiting(1);
+    return p.unexpected.emplace_back();
   }
   /// Takes the oldest message of `p`'s store (not empty). Caller holds mutex().
   Unexpected take_locked(Port& p) {

@@ -190,7 +190,7 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
   std::unique_lock<SpinLock> g(client_.ports.mutex());
   Port& p = client_.ports.get_locked(port);
   if (!claim_posted(p.posted, &r)) {
-    Unexpected u;
+    Unexpected& u = client_.ports.keep_new_locked(p);
     u.src = from;
     u.rts = rts;
     u.credit_now = credit_now;
@@ -206,7 +206,6 @@ void Engine::arrive(NodeId from, const MsgHeader& h, std::span<const std::byte> 
       u.len = data.size();
       u.data.assign(data, client_.ports.byte_cache());
     }
-    client_.ports.keep_locked(p, std::move(u));
     return;
   }
   if (!rts) {

@@ -90,10 +90,9 @@ TEST(PortTable, DropFromRemovesOnlyThatSendersMessages) {
     std::lock_guard<SpinLock> g(t.mutex());
     for (uint32_t port : {1u, 2u, 3u}) {
       for (NodeId src : {5u, 6u, 5u}) {
-        Unexpected u;
+        Unexpected& u = t.keep_new_locked(t.get_locked(port));
         u.src = src;
         u.len = port;
-        t.keep_locked(t.get_locked(port), std::move(u));
       }
     }
   }
@@ -114,8 +113,8 @@ TEST(PortTable, AnyWaitingCountsKeptAndTakenMessages) {
   PortTable t;
   EXPECT_FALSE(t.any_waiting());
   std::lock_guard<SpinLock> g(t.mutex());
-  t.keep_locked(t.get_locked(1), Unexpected{});
-  t.keep_locked(t.get_locked(2), Unexpected{});
+  (void)t.keep_new_locked(t.get_locked(1));
+  (void)t.keep_new_locked(t.get_locked(2));
   EXPECT_TRUE(t.any_waiting());
   (void)t.take_locked(t.get_locked(1));
   EXPECT_TRUE(t.any_waiting());
@@ -130,16 +129,51 @@ TEST(MsgBytes, SmallInlineLargeOnTheHeapBothMoveWhole) {
     for (size_t i = 0; i < n; ++i) src[i] = static_cast<std::byte>(i * 7 + n);
     PortTable t;
     std::lock_guard<SpinLock> g(t.mutex());
-    Unexpected u;
-    u.data.assign(src, n % 2 ? t.byte_cache() : nullptr);  // from the cache and from the heap
-    for (int i = 0; i < 40; ++i) t.keep_locked(t.get_locked(3), Unexpected{});  // the deque grows
-    Port& p = t.get_locked(4);
-    t.keep_locked(p, std::move(u));
+    Port& p = t.get_locked(3);
+    // From the cache and from the heap.
+    t.keep_new_locked(p).data.assign(src, n % 2 ? t.byte_cache() : nullptr);
+    for (int i = 0; i < 40; ++i) (void)t.keep_new_locked(p);  // the store grows: it moves
     Unexpected back = t.take_locked(p);
     auto v = back.data.view();
     ASSERT_EQ(v.size(), n);
     EXPECT_TRUE(std::equal(v.begin(), v.end(), src.begin())) << n;
   }
+}
+
+// An entry is made in a slot an earlier message left (taken, dropped,
+// erased with its sender's, or moved by growth): it starts empty, whatever
+// that message held.
+TEST(PortTable, AKeptEntryStartsEmptyInAReusedSlot) {
+  PortTable t;
+  std::vector<std::byte> big(MsgBytes::kInline + 100, std::byte{7});
+  for (int round = 0; round < 3; ++round) {
+    {
+      std::lock_guard<SpinLock> g(t.mutex());
+      Port& p = t.get_locked(1);
+      for (int i = 0; i < 20; ++i) {  // past the first room of 8: the store grows
+        Unexpected& u = t.keep_new_locked(p);
+        EXPECT_EQ(u.src, 0u) << round;
+        EXPECT_EQ(u.len, 0u);
+        EXPECT_FALSE(u.rts);
+        EXPECT_TRUE(u.data.view().empty());
+        u.src = 9;
+        u.len = big.size();
+        u.rts = true;
+        u.data.assign(big, i % 2 ? t.byte_cache() : nullptr);
+      }
+      if (round != 1) {
+        for (int i = 0; i < 10; ++i) t.drop_front_locked(p);
+        for (int i = 0; i < 10; ++i) {
+          EXPECT_EQ(t.take_locked(p).data.view().size(), big.size());
+        }
+        EXPECT_TRUE(p.unexpected.empty());
+      }
+    }
+    if (round == 1) {
+      EXPECT_EQ(t.drop_from(9), 20u);
+    }
+  }
+  EXPECT_FALSE(t.any_waiting());
 }
 
 // A freed buffer is the next one of its class; the cache keeps at most
