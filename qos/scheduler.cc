@@ -49,7 +49,13 @@ struct Scheduler::Class {
   QosClass cfg;
   CpuMask cpus;  // where its threads run (cfg.cpus within the process's CPUs)
 
-  SpinLock mu;                     // rc, lanes, the caps and the interval's figures
+  // rc, lanes, the caps and the interval's figures. A mutex, not a SpinLock:
+  // a thread of an idle class (cpu_policy: idle) takes it in its own pace()
+  // and in a tick (every class's); preempted there by a normal thread that
+  // then spun and yielded on the lock, it got no CPU, and calls waited
+  // 0.3-4 ms before their post. A waiter that sleeps frees the core for the
+  // holder.
+  std::mutex mu;
   RateControl rc;                  // the whole class: for congestion that names no peer it reaches
   PeerLanes lanes;                 // per peer: for congestion at that peer
   TokenBucket cap_ops, cap_bytes;  // max_ops_per_s, max_bytes_per_s: always (rate 0: none)
