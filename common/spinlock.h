@@ -1,41 +1,63 @@
 // A test-and-set lock for the short critical sections of hot paths (no
-// system call, no allocation held under it). Spins with pause, then yields:
-// on 2 cores the holder may be descheduled.
+// system call, no allocation held under it). A waiter spins with pause, then
+// yields: on 2 cores the holder may be descheduled, and a yield lets it run.
+//
+// Except when the holder runs under SCHED_IDLE (tl_may_stall): the kernel
+// then leaves it preempted for as long as any normal thread wants the CPU,
+// and a normal waiter's yields hand the core straight back to the waiter.
+// Such a holder takes the lock in its own state (kHeldMayStall); a waiter
+// that finds it there marks it (kSleepers) and sleeps on the lock word (a
+// futex) until that holder's unlock wakes it, which frees the core for the
+// holder to finish. The holders the hot paths see (normal threads) pay
+// nothing for this: a compare-and-swap to lock, a plain store to unlock.
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
+#include <cstdint>
+
+#include "common/tls.h"
 
 namespace lt {
+
+/// Set while the calling thread runs under a CPU policy that may leave it
+/// preempted for long (qos/cpu_policy.h sets it with SCHED_IDLE). Locks it
+/// takes then make their waiters sleep rather than spin.
+extern LT_TLS_FAST constinit thread_local bool tl_may_stall;  // constinit: no TLS wrapper call
 
 class SpinLock {
  public:
   void lock() {
-    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire);) {
-      while (flag_.load(std::memory_order_relaxed)) relax(&spins);
-    }
-  }
-  bool try_lock() {
-    return !flag_.load(std::memory_order_relaxed) &&
-           !flag_.exchange(true, std::memory_order_acquire);
-  }
-  void unlock() { flag_.store(false, std::memory_order_release); }
-
- private:
-  static void relax(int* spins) {
-    if (++*spins < 256) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#elif defined(__aarch64__)
-      asm volatile("yield");
-#endif
+    uint32_t v = kFree;
+    if (word_.compare_exchange_strong(v, mine(), std::memory_order_acquire,
+                                      std::memory_order_relaxed)) [[likely]] {
       return;
     }
-    *spins = 0;
-    sched_yield();
+    lock_slow();
   }
-  std::atomic<bool> flag_{false};
+  bool try_lock() {
+    uint32_t v = word_.load(std::memory_order_relaxed);
+    return v == kFree && word_.compare_exchange_strong(v, mine(), std::memory_order_acquire,
+                                                       std::memory_order_relaxed);
+  }
+  // A waiter changes the word only from kHeldMayStall, so a kHeld holder
+  // finds it as it left it (whatever tl_may_stall says by now).
+  void unlock() {
+    if (word_.load(std::memory_order_relaxed) == kHeld) [[likely]] {
+      word_.store(kFree, std::memory_order_release);
+      return;
+    }
+    if (word_.exchange(kFree, std::memory_order_release) == kSleepers) wake_sleepers();
+  }
+
+ private:
+  static constexpr uint32_t kFree = 0;
+  static constexpr uint32_t kHeld = 1;          // by a thread that runs when it is runnable
+  static constexpr uint32_t kHeldMayStall = 2;  // by a thread under SCHED_IDLE
+  static constexpr uint32_t kSleepers = 3;      // kHeldMayStall, and waiters sleep on the word
+  static uint32_t mine() { return tl_may_stall ? kHeldMayStall : kHeld; }
+  void lock_slow();  // spinlock.cc
+  void wake_sleepers();
+  std::atomic<uint32_t> word_{kFree};
 };
 
 }  // namespace lt

@@ -10,8 +10,6 @@
 
 namespace lt::qos {
 
-LT_TLS_FAST constinit thread_local bool tl_runs_idle = false;
-
 namespace {
 
 struct Saved {
@@ -36,11 +34,11 @@ int kernel_policy(QosCpuPolicy p) {
 
 bool change_to(int policy, const sched_param& param) {
   if (sched_setscheduler(0, policy, &param) == 0) {
-    tl_runs_idle = policy == SCHED_IDLE;
+    tl_may_stall = policy == SCHED_IDLE;
     return true;
   }
   const int err = errno;
-  if (err == EPERM && tl_runs_idle) {
+  if (err == EPERM && tl_may_stall) {
     if (!told_stuck.exchange(true, std::memory_order_relaxed)) {
       LT_WARN(
           "qos: a thread of an idle class cannot get its CPU priority back (%s): leaving "

@@ -23,7 +23,7 @@
 #pragma once
 
 #include "common/qos_config.h"
-#include "common/tls.h"
+#include "common/spinlock.h"
 
 namespace lt::qos {
 
@@ -32,12 +32,10 @@ namespace lt::qos {
 /// keeps the policy it has.
 void set_thread_cpu_policy(QosCpuPolicy p);
 
-/// Set while ltier has the calling thread under SCHED_IDLE (only the
-/// thread it changed: threads it starts inherit the policy, not this).
-extern LT_TLS_FAST constinit thread_local bool tl_runs_idle;  // constinit: no TLS wrapper call
-
 /// Whether ltier put the calling thread under SCHED_IDLE (on every
-/// progress pass: one load off the thread pointer).
-inline bool thread_runs_idle() { return tl_runs_idle; }
+/// progress pass: one load off the thread pointer). Only the thread it
+/// changed: threads it starts inherit the policy, not this. The same flag
+/// makes the SpinLocks this thread holds put their waiters to sleep.
+inline bool thread_runs_idle() { return tl_may_stall; }
 
 }  // namespace lt::qos
