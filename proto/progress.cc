@@ -158,8 +158,12 @@ void Engine::progress_loop() {
   uint64_t now = 0;
   bool stale = true;
   uint32_t plain_since_work = 0;  // idle passes since work: unpaused up to kPlainPolls
+  // Serves since the last look, this thread's or another's: a caller
+  // asleep on the transports hands the polling back after serving a peer
+  // (poll_asleep), and the spin below is for that peer's next call.
+  uint64_t served_seen = served_.load(std::memory_order_relaxed);
   while (running_.load(std::memory_order_relaxed)) {
-    uint64_t served_before = served_.load(std::memory_order_relaxed);
+    const uint64_t served_before = served_seen;
     const uint32_t wakes_before = t_wakes;
     // Back from a park while a caller spins: it polls for everyone, and a
     // pass of ours now would take replies it is waiting for (and the core
@@ -185,6 +189,7 @@ void Engine::progress_loop() {
       apply_events(events);
     }
     if (served_.load(std::memory_order_relaxed) != served_before) {
+      served_seen = served_.load(std::memory_order_relaxed);
       if (last_served != 0) serve_gauge_.note(now - last_served);
       last_served = now;
       spin_until = now + serve_gauge_.budget_ns();
