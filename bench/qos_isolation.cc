@@ -6,8 +6,13 @@
 //
 //   qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]
 //                 [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]
-//                 [--bulk-cpu-policy normal|batch|idle]
+//                 [--bulk-cpu-policy normal|batch|idle] [--bulk-op write|send]
 //                 [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
+//
+// --bulk-op send makes the bulk tenant send 16 KiB eager messages to a port
+// the server drains, instead of writing 1 MiB to an LMR: its thread then
+// copies into the connection itself (for an idle-class thread, the case of a
+// lock held by a thread the kernel leaves preempted).
 //
 // `peers` adds a second server node: the latency tenant calls the first,
 // and the bulk tenant writes to both at once (a thread each), which shows
@@ -34,10 +39,8 @@
 // bulk_other_gbps towards the other node.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,12 +55,25 @@
 #include <thread>
 #include <vector>
 
+#include "child.h"
 #include "ltier/lt.h"
 #include "ltier/manager.h"
 
-extern char** environ;
-
 namespace {
+
+using bench::Child;
+using bench::read_all;
+using bench::spawn;
+
+// --bulk-op send: the bulk tenant sends eager messages of this size to this
+// port at the server (copied into the connection under its send lock),
+// rather than writing 1 MiB to an LMR.
+constexpr uint32_t kBulkPort = 7;
+constexpr size_t kBulkSendBytes = 16 << 10;
+bool bulk_sends() {
+  const char* op = getenv("QOS_BENCH_BULK_OP");
+  return op != nullptr && strcmp(op, "send") == 0;
+}
 
 uint64_t mono_ns() {
   timespec ts;
@@ -127,7 +143,8 @@ void run_latency(lt_engine_t* e, lt_node_t server, double seconds, uint64_t peri
          static_cast<unsigned long long>(stop));
 }
 
-// The bulk side: 1 MiB LT_writes to an LMR at the server, flat out, for
+// The bulk side: 1 MiB LT_writes to an LMR at the server (or, with --bulk-op
+// send, 16 KiB messages to its port), flat out, for
 // `seconds`; prints the bytes written in each millisecond (a line per
 // server: `peer` is its place in the client's list).
 void run_bulk(lt_engine_t* e, lt_node_t server, int peer, double seconds) {
@@ -137,10 +154,14 @@ void run_bulk(lt_engine_t* e, lt_node_t server, int peer, double seconds) {
   std::vector<char> buf(kMsg, 7);
   const uint64_t start = mono_ns(), end = start + static_cast<uint64_t>(seconds * 1e9);
   std::vector<uint64_t> bins(static_cast<size_t>(seconds * 1000) + 2, 0);
+  const bool send = bulk_sends();
+  const size_t len = send ? kBulkSendBytes : kMsg;
   for (uint64_t now = start; now < end; now = mono_ns()) {
-    if (int rc = LT_write(e, h, 0, buf.data(), kMsg); rc != 0) die("LT_write", rc);
+    int rc =
+        send ? LT_send(e, server, kBulkPort, buf.data(), len) : LT_write(e, h, 0, buf.data(), len);
+    if (rc != 0) die(send ? "LT_send" : "LT_write", rc);
     size_t b = (mono_ns() - start) / 1'000'000;
-    if (b < bins.size()) bins[b] += kMsg;
+    if (b < bins.size()) bins[b] += len;
   }
   std::string line =
       "bulk peer=" + std::to_string(peer) + " start=" + std::to_string(start) + " bins=";
@@ -184,61 +205,6 @@ int client_main(const std::string& manager, const std::vector<lt_node_t>& server
   fflush(stdout);
   LT_leave(e);
   return 0;
-}
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
-}
-
-// A child: this program again with `args`, extra environment `env`, stdout to a pipe.
-struct Child {
-  pid_t pid = -1;
-  FILE* out = nullptr;
-};
-// `ns`: a network namespace to run it in (through `ip netns exec`), or "".
-Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            bool keep_stdin_pipe, int* stdin_fd, const std::string& ns = "") {
-  int o[2], i[2] = {-1, -1};
-  if (pipe2(o, O_CLOEXEC) != 0 || (keep_stdin_pipe && pipe2(i, O_CLOEXEC) != 0)) exit(1);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, o[1], 1);
-  if (keep_stdin_pipe) posix_spawn_file_actions_adddup2(&fa, i[0], 0);
-  std::vector<std::string> all;
-  if (!ns.empty()) all = {"/usr/sbin/ip", "netns", "exec", ns};
-  all.push_back(self_exe());
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv, envp;
-  for (auto& a : all) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> envs;
-  for (char** p = environ; *p; ++p) envs.push_back(*p);
-  for (auto& x : env) envs.push_back(x);
-  for (auto& x : envs) envp.push_back(const_cast<char*>(x.c_str()));
-  envp.push_back(nullptr);
-  Child c;
-  if (posix_spawn(&c.pid, all[0].c_str(), &fa, nullptr, argv.data(), envp.data()) != 0) exit(1);
-  posix_spawn_file_actions_destroy(&fa);
-  close(o[1]);
-  c.out = fdopen(o[0], "r");
-  if (keep_stdin_pipe) {
-    close(i[0]);
-    *stdin_fd = i[1];
-  }
-  return c;
-}
-
-std::string read_all(Child& c) {
-  std::string s;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), c.out)) > 0) s.append(buf, n);
-  fclose(c.out);
-  int st = 0;
-  waitpid(c.pid, &st, 0);
-  return s;
 }
 
 struct Result {
@@ -329,11 +295,22 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--server") {
     lt_engine_t* e = join(argv[2]);
     if (int rc = LT_regRPC(e, 1, echo, nullptr); rc != 0) die("LT_regRPC", rc);
+    // With --bulk-op send, a thread drains the bulk tenant's messages.
+    std::atomic<bool> stop{false};
+    std::thread drain([&] {
+      std::vector<char> buf(kBulkSendBytes);
+      lt_node_t src;
+      size_t n;
+      while (bulk_sends() && !stop.load())
+        LT_recv(e, kBulkPort, buf.data(), buf.size(), &src, &n, 50000);
+    });
     printf("ready %u\n", LT_node_id(e));
     fflush(stdout);
     char c;
     while (read(0, &c, 1) > 0) {
     }
+    stop.store(true);
+    drain.join();
     LT_leave(e);
     return 0;
   }
@@ -348,12 +325,12 @@ int main(int argc, char** argv) {
   static const char* const kUsage =
       "usage: qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]\n"
       "                     [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]\n"
-      "                     [--bulk-cpu-policy normal|batch|idle]\n"
+      "                     [--bulk-cpu-policy normal|batch|idle] [--bulk-op write|send]\n"
       "                     [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]\n"
       "LTIER_TRANSPORTS picks the transport (tcp, or shm,tcp)\n";
   static const char* const kOptions[] = {"--mode",    "--seconds",    "--period-us",
                                          "--host-ip", "--target-rtt", "--bulk-cpu-policy",
-                                         "--cpus",    "--netns"};
+                                         "--cpus",    "--netns",      "--bulk-op"};
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -373,6 +350,13 @@ int main(int argc, char** argv) {
     if (a == "--host-ip") host_ip = argv[i + 1];
     if (a == "--target-rtt") target_rtt = argv[i + 1];
     if (a == "--bulk-cpu-policy") bulk_policy = std::string(", cpu_policy: ") + argv[i + 1];
+    if (a == "--bulk-op") {
+      if (strcmp(argv[i + 1], "write") != 0 && strcmp(argv[i + 1], "send") != 0) {
+        fprintf(stderr, "qos_isolation: --bulk-op is write or send, not '%s'\n", argv[i + 1]);
+        return 2;
+      }
+      setenv("QOS_BENCH_BULK_OP", argv[i + 1], 1);  // the children inherit it
+    }
     if (a == "--cpus") {
       const std::string v = argv[i + 1];
       const size_t slash = v.find('/');
