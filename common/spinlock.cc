@@ -16,18 +16,21 @@ LT_TLS_FAST constinit thread_local bool tl_may_stall = false;
 namespace {
 
 constexpr int kSpinsBeforeYield = 256;
+constexpr int kYieldsBeforeStarving = 2;
 
-void relax(int* spins) {
+// True when it yielded.
+bool relax(int* spins) {
   if (++*spins < kSpinsBeforeYield) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     asm volatile("yield");
 #endif
-    return;
+    return false;
   }
   *spins = 0;
   sched_yield();
+  return true;
 }
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val) {
@@ -38,17 +41,24 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t val) {
 }  // namespace
 
 void SpinLock::lock_slow() {
+  bool starving = false;
+  int yields = 0;
   for (int spins = 0;;) {
     uint32_t v = word_.load(std::memory_order_relaxed);
-    if (v == kFree) {
+    // Free, and no other waiter starves (or this one does): take it.
+    if (v == kFree && (starving || starving_.load(std::memory_order_relaxed) == 0)) {
       if (word_.compare_exchange_weak(v, mine(), std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
+        if (starving) starving_.fetch_sub(1, std::memory_order_relaxed);
         return;
       }
       continue;
     }
-    if (v == kHeld) {
-      relax(&spins);
+    if (v == kFree || v == kHeld) {  // held, or left free for a starving waiter
+      if (relax(&spins) && !starving && !tl_may_stall && ++yields >= kYieldsBeforeStarving) {
+        starving = true;
+        starving_.fetch_add(1, std::memory_order_relaxed);
+      }
       continue;
     }
     // Held by a thread that may stay preempted: mark the word, then sleep
