@@ -317,10 +317,8 @@ class Engine {
   Status collect(Request* r, Results* res);  // a done request's status and results; frees it
   Status waited_in_handler();                // a wait by the token's holder (request_ops.cc)
   Status wait_or_cancel(ReqId id, Deadline d, Results* res);
-  // A spinner stops: its wait is over (it may call again soon), it sleeps
-  // on its futex (unparks the progress thread), or it polls asleep on the
-  // transports (the progress thread stays parked for it, and is not told
-  // of a caller between two calls, which would keep it parked after).
+  // A spinner stops: its wait is over (it may call again soon), it sleeps on
+  // its futex (unparks the progress thread), or it polls asleep (request_ops.cc).
   enum class SpinEnd { kDone, kSleeps, kPolls };
   void end_spin(SpinEnd how);
   // A caller whose spin ran out while the progress thread is parked sleeps

@@ -57,6 +57,9 @@ void Engine::fail_requests_to(NodeId peer, Code c) {
 
 Status Engine::wait(ReqId id, Deadline d) { return wait_impl(id, d, nullptr); }
 
+// kPolls marks neither: the progress thread stays parked for a poller, and a
+// poller is no caller between two calls (that would keep it parked after the
+// poller hands back).
 void Engine::end_spin(SpinEnd how) {
   const bool will_sleep = how == SpinEnd::kSleeps;
   if (will_sleep) {
