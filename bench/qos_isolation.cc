@@ -7,7 +7,14 @@
 //   qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]
 //                 [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]
 //                 [--bulk-cpu-policy normal|batch|idle] [--bulk-op write|send]
+//                 [--cases NAME,NAME] [--bins]
 //                 [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
+//
+// --cases runs only the cases named (latency_alone, bulk_alone,
+// both_qos_off, both_qos_on), in that order. --bins adds, for each case with
+// both tenants, a line per bulk thread with the MiB it moved in each
+// millisecond from 10 ms before the latency tenant stopped to 40 ms after:
+// what the "after" figure averages, and where a dip sits.
 //
 // --bulk-op send makes the bulk tenant send 16 KiB eager messages to a port
 // the server drains, instead of writing 1 MiB to an LMR: its thread then
@@ -56,12 +63,15 @@
 #include <vector>
 
 #include "child.h"
+#include "isolation_report.h"
 #include "ltier/lt.h"
 #include "ltier/manager.h"
 
 namespace {
 
 using bench::Child;
+using bench::parse;
+using bench::print;
 using bench::read_all;
 using bench::spawn;
 
@@ -207,80 +217,6 @@ int client_main(const std::string& manager, const std::vector<lt_node_t>& server
   return 0;
 }
 
-struct Result {
-  double p50 = 0, p99 = 0, p999 = 0, bulk_gbps = 0, after_gbps = 0;
-  std::vector<double> peer_gbps;  // bulk_gbps per server, in the client's order
-  bool has_lat = false, has_bulk = false;
-};
-
-// One bulk thread's output: when it started, and bytes per millisecond.
-struct Bins {
-  unsigned long long start = 0;
-  std::vector<double> bytes;
-  // Throughput in [from, to) (ns, CLOCK_MONOTONIC), in GB/s.
-  double rate(uint64_t from, uint64_t to) const {
-    size_t a = from > start ? (from - start) / 1'000'000 : 0;
-    size_t b = to > start ? (to - start) / 1'000'000 : 0;
-    double sum = 0;
-    for (size_t k = a; k < b && k < bytes.size(); ++k) sum += bytes[k];
-    return b > a ? sum / ((b - a) * 1e-3) / 1e9 : 0.0;
-  }
-};
-
-// Reads the lat and bulk lines of the children's output.
-Result parse(const std::string& out) {
-  Result r;
-  unsigned long long lstart = 0, lstop = 0;
-  std::vector<Bins> peers;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("lat ", 0) == 0) {
-      size_t n;
-      sscanf(line.c_str(), "lat p50=%lf p99=%lf p999=%lf n=%zu start=%llu stop=%llu", &r.p50,
-             &r.p99, &r.p999, &n, &lstart, &lstop);
-      r.has_lat = true;
-    } else if (line.rfind("bulk ", 0) == 0) {
-      int peer = 0;
-      Bins b;
-      sscanf(line.c_str(), "bulk peer=%d start=%llu", &peer, &b.start);
-      std::istringstream ls(line.substr(line.find("bins=") + 5));
-      std::string v;
-      while (std::getline(ls, v, ',')) b.bytes.push_back(std::stod(v));
-      if (peer < 0 || peer > 8) continue;
-      if (peers.size() <= static_cast<size_t>(peer)) peers.resize(peer + 1);
-      peers[peer] = std::move(b);
-      r.has_bulk = true;
-    }
-  }
-  for (const Bins& b : peers) {
-    double during, after = 0;
-    if (r.has_lat) {
-      during = b.rate(lstart + 100'000'000, lstop);
-      after = b.rate(lstop, lstop + 10'000'000);
-    } else {
-      const size_t end = b.bytes.size() > 40 ? b.bytes.size() - 40 : 0;
-      during = b.rate(b.start + 100'000'000, b.start + end * 1'000'000);
-    }
-    r.peer_gbps.push_back(during);
-    r.bulk_gbps += during;
-    r.after_gbps += after;
-  }
-  return r;
-}
-
-void print(const char* name, const Result& r) {
-  printf("case=%s", name);
-  if (r.has_lat) printf(" lat_p50_us=%.2f lat_p99_us=%.2f lat_p999_us=%.2f", r.p50, r.p99, r.p999);
-  if (r.has_bulk) printf(" bulk_gbps=%.3f", r.bulk_gbps);
-  if (r.peer_gbps.size() == 2) {
-    printf(" bulk_shared_gbps=%.3f bulk_other_gbps=%.3f", r.peer_gbps[0], r.peer_gbps[1]);
-  }
-  if (r.has_bulk && r.has_lat) printf(" bulk_after_gbps=%.3f", r.after_gbps);
-  printf("\n");
-  fflush(stdout);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -326,16 +262,26 @@ int main(int argc, char** argv) {
       "usage: qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]\n"
       "                     [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]\n"
       "                     [--bulk-cpu-policy normal|batch|idle] [--bulk-op write|send]\n"
+      "                     [--cases NAME,NAME] [--bins]\n"
       "                     [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]\n"
       "LTIER_TRANSPORTS picks the transport (tcp, or shm,tcp)\n";
-  static const char* const kOptions[] = {"--mode",    "--seconds",    "--period-us",
-                                         "--host-ip", "--target-rtt", "--bulk-cpu-policy",
-                                         "--cpus",    "--netns",      "--bulk-op"};
+  static const char* const kOptions[] = {
+      "--mode", "--seconds", "--period-us", "--host-ip", "--target-rtt", "--bulk-cpu-policy",
+      "--cpus", "--netns",   "--bulk-op",   "--cases"};
+  static const char* const kCases[] = {"latency_alone", "bulk_alone", "both_qos_off",
+                                       "both_qos_on"};
+  std::vector<std::string> cases(std::begin(kCases), std::end(kCases));
+  bool bins = false;
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       fputs(kUsage, stdout);
       return 0;
+    }
+    if (a == "--bins") {
+      bins = true;
+      --i;  // takes no value
+      continue;
     }
     bool known = false;
     for (const char* o : kOptions) known = known || a == o;
@@ -356,6 +302,20 @@ int main(int argc, char** argv) {
         return 2;
       }
       setenv("QOS_BENCH_BULK_OP", argv[i + 1], 1);  // the children inherit it
+    }
+    if (a == "--cases") {
+      cases.clear();
+      std::istringstream list(argv[i + 1]);
+      for (std::string c; std::getline(list, c, ',');) {
+        if (std::find(std::begin(kCases), std::end(kCases), c) == std::end(kCases)) {
+          fprintf(stderr,
+                  "qos_isolation: --cases names latency_alone, bulk_alone, both_qos_off or "
+                  "both_qos_on, not '%s'\n",
+                  c.c_str());
+          return 2;
+        }
+        cases.push_back(c);
+      }
     }
     if (a == "--cpus") {
       const std::string v = argv[i + 1];
@@ -439,6 +399,7 @@ int main(int argc, char** argv) {
   const std::string secs = std::to_string(seconds), period = std::to_string(period_us);
 
   auto run = [&](const char* name, bool lat, bool bulk, bool qos) {
+    if (std::find(cases.begin(), cases.end(), name) == cases.end()) return;
     const std::string cfg = "LTIER_CONFIG=" + (qos ? on : off);
     std::string out;
     if (mode == "threads" && lat && bulk) {
@@ -458,7 +419,7 @@ int main(int argc, char** argv) {
       }
       for (auto& c : cs) out += read_all(c);
     }
-    print(name, parse(out));
+    print(name, parse(out), bins);
   };
   run("latency_alone", true, false, true);
   run("bulk_alone", false, true, true);
