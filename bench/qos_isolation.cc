@@ -7,14 +7,18 @@
 //   qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]
 //                 [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]
 //                 [--bulk-cpu-policy normal|batch|idle] [--bulk-op write|send]
-//                 [--cases NAME,NAME] [--bins]
+//                 [--cases NAME,NAME] [--bins] [--server-qos]
 //                 [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]
 //
 // --cases runs only the cases named (latency_alone, bulk_alone,
 // both_qos_off, both_qos_on), in that order. --bins adds, for each case with
 // both tenants, a line per bulk thread with the MiB it moved in each
 // millisecond from 10 ms before the latency tenant stopped to 40 ms after:
-// what the "after" figure averages, and where a dip sits.
+// what the "after" figure averages, and where a dip sits. The server node
+// is started afresh for each case; --server-qos has it join as a tenant in
+// the cases with QoS on, its thread that receives the bulk tenant's
+// messages (--bulk-op send) in the bulk class, as a server that classifies
+// its own work would.
 //
 // --bulk-op send makes the bulk tenant send 16 KiB eager messages to a port
 // the server drains, instead of writing 1 MiB to an LMR: its thread then
@@ -234,6 +238,9 @@ int main(int argc, char** argv) {
     // With --bulk-op send, a thread drains the bulk tenant's messages.
     std::atomic<bool> stop{false};
     std::thread drain([&] {
+      // --server-qos: the thread that receives the bulk tenant's data runs
+      // in the bulk class (with QoS on).
+      if (const char* cls = getenv("QOS_BENCH_DRAIN_CLASS")) LT_set_class(e, cls);
       std::vector<char> buf(kBulkSendBytes);
       lt_node_t src;
       size_t n;
@@ -262,7 +269,7 @@ int main(int argc, char** argv) {
       "usage: qos_isolation [--mode procs|threads|peers] [--seconds S] [--period-us P]\n"
       "                     [--target-rtt auto|DURATION] [--cpus LATENCY_CPUS/BULK_CPUS]\n"
       "                     [--bulk-cpu-policy normal|batch|idle] [--bulk-op write|send]\n"
-      "                     [--cases NAME,NAME] [--bins]\n"
+      "                     [--cases NAME,NAME] [--bins] [--server-qos]\n"
       "                     [--host-ip IP --netns NS_A@IP_A,NS_B@IP_B]\n"
       "LTIER_TRANSPORTS picks the transport (tcp, or shm,tcp)\n";
   static const char* const kOptions[] = {
@@ -271,15 +278,15 @@ int main(int argc, char** argv) {
   static const char* const kCases[] = {"latency_alone", "bulk_alone", "both_qos_off",
                                        "both_qos_on"};
   std::vector<std::string> cases(std::begin(kCases), std::end(kCases));
-  bool bins = false;
+  bool bins = false, server_qos = false;
   for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       fputs(kUsage, stdout);
       return 0;
     }
-    if (a == "--bins") {
-      bins = true;
+    if (a == "--bins" || a == "--server-qos") {
+      (a == "--bins" ? bins : server_qos) = true;
       --i;  // takes no value
       continue;
     }
@@ -374,32 +381,48 @@ int main(int argc, char** argv) {
     fprintf(stderr, "qos_isolation: --netns names %d namespace(s) for this mode\n", nservers);
     return 2;
   }
-  // One server node; two in `peers` mode (the latency tenant's first).
+  // One server node; two in `peers` mode (the latency tenant's first),
+  // started for each case.
   std::vector<Child> servers;
   std::vector<int> server_ins;
   std::string sid;
-  for (int i = 0; i < nservers; ++i) {
-    int in = -1;
-    if (netns.empty()) {
-      // With --cpus the server runs on the latency class's CPUs in every
-      // case (as tenant lat: it serves that tenant; over shm the bulk
-      // writes take none of its CPU).
-      std::vector<std::string> env = {host_env};
-      if (!lat_cpus.empty()) env = {host_env, "LTIER_CONFIG=" + on, board, "LTIER_TENANT=lat"};
-      servers.push_back(spawn({"--server", maddr}, env, true, &in));
-    } else {
-      servers.push_back(spawn({"--server", maddr}, {"QOS_BENCH_IP=" + netns[i].second}, true, &in,
-                              netns[i].first));
+  auto start_servers = [&](bool qos) {
+    sid.clear();
+    for (int i = 0; i < nservers; ++i) {
+      int in = -1;
+      if (netns.empty()) {
+        // With --cpus the server runs on the latency class's CPUs in every
+        // case (as tenant lat: it serves that tenant; over shm the bulk
+        // writes take none of its CPU). With --server-qos and QoS on it
+        // joins as tenant app, and its receiving thread is of class bulk.
+        std::vector<std::string> env = {host_env};
+        if (!lat_cpus.empty()) env = {host_env, "LTIER_CONFIG=" + on, board, "LTIER_TENANT=lat"};
+        if (server_qos && qos) {
+          env = {host_env, "LTIER_CONFIG=" + on, board, "LTIER_TENANT=app",
+                 "QOS_BENCH_DRAIN_CLASS=bulk"};
+        }
+        servers.push_back(spawn({"--server", maddr}, env, true, &in));
+      } else {
+        servers.push_back(spawn({"--server", maddr}, {"QOS_BENCH_IP=" + netns[i].second}, true, &in,
+                                netns[i].first));
+      }
+      server_ins.push_back(in);
+      char line[64] = {};
+      if (!fgets(line, sizeof(line), servers.back().out)) die("server", -LT_ERR_INTERNAL);
+      sid += (sid.empty() ? "" : ",") + std::to_string(atoi(line + 6));
     }
-    server_ins.push_back(in);
-    char line[64] = {};
-    if (!fgets(line, sizeof(line), servers.back().out)) die("server", -LT_ERR_INTERNAL);
-    sid += (sid.empty() ? "" : ",") + std::to_string(atoi(line + 6));
-  }
+  };
+  auto stop_servers = [&] {
+    for (int in : server_ins) close(in);
+    for (auto& server : servers) read_all(server);
+    servers.clear();
+    server_ins.clear();
+  };
   const std::string secs = std::to_string(seconds), period = std::to_string(period_us);
 
   auto run = [&](const char* name, bool lat, bool bulk, bool qos) {
     if (std::find(cases.begin(), cases.end(), name) == cases.end()) return;
+    start_servers(qos);
     const std::string cfg = "LTIER_CONFIG=" + (qos ? on : off);
     std::string out;
     if (mode == "threads" && lat && bulk) {
@@ -419,14 +442,13 @@ int main(int argc, char** argv) {
       }
       for (auto& c : cs) out += read_all(c);
     }
+    stop_servers();
     print(name, parse(out), bins);
   };
   run("latency_alone", true, false, true);
   run("bulk_alone", false, true, true);
   run("both_qos_off", true, true, false);
   run("both_qos_on", true, true, true);
-  for (int in : server_ins) close(in);
-  for (auto& server : servers) read_all(server);
   stop_manager.store(true);
   manager_thread.join();
   std::remove(on.c_str());
