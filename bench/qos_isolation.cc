@@ -347,6 +347,21 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Checked before the manager thread starts: a return after it aborts.
+  const int nservers = mode == "peers" ? 2 : 1;
+  if (mode != "procs" && mode != "threads" && mode != "peers") {
+    fprintf(stderr, "qos_isolation: --mode is procs, threads or peers, not '%s'\n", mode.c_str());
+    return 2;
+  }
+  if (server_qos && !netns.empty()) {
+    // Servers in other namespaces do not share this host's QoS board.
+    fprintf(stderr, "qos_isolation: --server-qos does not go with --netns\n");
+    return 2;
+  }
+  if (!netns.empty() && netns.size() != static_cast<size_t>(nservers)) {
+    fprintf(stderr, "qos_isolation: --netns names %d namespace(s) for this mode\n", nservers);
+    return 2;
+  }
   signal(SIGPIPE, SIG_IGN);
   ltier::ManagerOptions mo;
   mo.listen = host_ip + ":0";
@@ -372,15 +387,6 @@ int main(int argc, char** argv) {
   std::ofstream(off) << "qos: {}\n";
   const std::string board = "LTIER_QOS_BOARD=ltier-qos-bench-" + std::to_string(getpid());
 
-  const int nservers = mode == "peers" ? 2 : 1;
-  if (mode != "procs" && mode != "threads" && mode != "peers") {
-    fprintf(stderr, "qos_isolation: --mode is procs, threads or peers, not '%s'\n", mode.c_str());
-    return 2;
-  }
-  if (!netns.empty() && netns.size() != static_cast<size_t>(nservers)) {
-    fprintf(stderr, "qos_isolation: --netns names %d namespace(s) for this mode\n", nservers);
-    return 2;
-  }
   // One server node; two in `peers` mode (the latency tenant's first),
   // started for each case.
   std::vector<Child> servers;
