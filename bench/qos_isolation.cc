@@ -45,9 +45,12 @@
 //   case=NAME lat_p50_us= lat_p99_us= lat_p999_us= bulk_gbps= bulk_after_gbps=
 // bulk_gbps counts while the latency tenant runs (its first 100 ms left out);
 // bulk_after_gbps is the 10 ms after it stopped calling (as a process it
-// stays joined and idle until the bulk tenant is done). In `peers` mode bulk_gbps
-// is split too: bulk_shared_gbps towards the latency tenant's server,
-// bulk_other_gbps towards the other node.
+// stays joined and idle until the bulk tenant is done). In `peers` mode
+// bulk_gbps is split too: bulk_shared_gbps towards the latency tenant's
+// server, bulk_other_gbps towards the other node. When latency_alone,
+// bulk_alone and both_qos_on all ran, a last line
+//   targets p99_x_solo= p999_x_solo= bulk_during_x_solo= bulk_after_x_solo= met=N/4
+// reads the QoS-on case against the solo ones as the isolation targets do.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -432,6 +435,7 @@ int main(int argc, char** argv) {
   };
   const std::string secs = std::to_string(seconds), period = std::to_string(period_us);
 
+  std::vector<std::pair<std::string, bench::Result>> results;
   auto run = [&](const char* name, bool lat, bool bulk, bool qos) {
     if (std::find(cases.begin(), cases.end(), name) == cases.end()) return;
     start_servers(qos);
@@ -455,12 +459,14 @@ int main(int argc, char** argv) {
       for (auto& c : cs) out += read_all(c);
     }
     stop_servers();
-    print(name, parse(out), bins);
+    results.emplace_back(name, parse(out));
+    print(name, results.back().second, bins);
   };
   run("latency_alone", true, false, true);
   run("bulk_alone", false, true, true);
   run("both_qos_off", true, true, false);
   run("both_qos_on", true, true, true);
+  bench::print_targets(results);
   stop_manager.store(true);
   manager_thread.join();
   std::remove(on.c_str());
