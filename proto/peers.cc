@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "proto/engine.h"
+#include "qos/cpu_policy.h"
 
 namespace lt::proto {
 
@@ -153,19 +154,23 @@ Status Engine::connect_peer(NodeId p, Deadline d, EndpointRef* out) {
 }
 
 Status Engine::send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen,
-                    Deadline d, bool reply, bool more) {
+                    Deadline d, bool reply, bool more, bool express) {
   EndpointRef ep;
   LT_RETURN_IF_ERROR(endpoint(p, d, &ep));
-  return send_on(p, ep.get(), hdr, hlen, data, dlen, d, reply, more);
+  return send_on(p, ep.get(), hdr, hlen, data, dlen, d, reply, more, express);
 }
 
 // A message from a thread whose posts are not deferred is first offered to
 // the transport's short path (Endpoint::post_short: no work request built,
 // one traffic count), unless it is to be held (kWrMore) by a transport that
 // gathers; what the short path does not take goes by post_all(), which
-// queues it, waits for room or says why.
+// queues it, waits for room or says why. An express message from a thread
+// that does not run idle is offered to the express path instead (shm's
+// lane): a thread running idle stays off it, so that the lane's lock is
+// never held by a thread the kernel leaves preempted.
 Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_t hlen,
-                       const void* data, size_t dlen, Deadline d, bool reply, bool more) {
+                       const void* data, size_t dlen, Deadline d, bool reply, bool more,
+                       bool express) {
   // A reply sent while handling a batch with more to come waits for the
   // batch's last reply (or the flush after it): one system call per batch.
   if (reply && holder_.load(std::memory_order_relaxed) == std::this_thread::get_id() &&
@@ -175,7 +180,8 @@ Status Engine::send_on(NodeId p, transport::Endpoint* ep, const void* hdr, size_
   // kWrMore means nothing to a transport that does not gather (shm, verbs).
   const transport::Transport* via = peers_.via(p);
   if (via != nullptr && (!more || !via->caps().gathers) && !sched_.defers_posts() &&
-      ep->post_short(hdr, hlen, data, dlen)) {
+      (express && !qos::thread_runs_idle() ? ep->post_express(hdr, hlen, data, dlen)
+                                           : ep->post_short(hdr, hlen, data, dlen))) {
     count_tx_one(p, via, hlen + dlen);
     return Status::ok();
   }
@@ -235,12 +241,12 @@ Status Engine::post_rest(NodeId p, transport::Endpoint* ep, std::span<const Work
 }
 
 Status Engine::send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,
-                            size_t dlen, bool more) {
+                            size_t dlen, bool more, bool express) {
   // Publish the request's fields to whichever thread completes it: the
   // reply may come back through another process's shared memory, which
   // carries no happens-before edge that tools (TSan) can see.
   r->word.store(r->word.load(std::memory_order_relaxed), std::memory_order_release);
-  Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false, more);
+  Status s = send(p, hdr, hlen, data, dlen, default_deadline(), false, more, express);
   if (!s.is_ok()) drop_unsent(r);
   return s;
 }

@@ -40,6 +40,13 @@ class ConnEndpoint final : public Endpoint {
       return Endpoint::post_short(hdr, hlen, data, dlen);
     }
   }
+  bool post_express(const void* hdr, size_t hlen, const void* data, size_t dlen) override {
+    if constexpr (requires(Conn & c) { c.post_express(hdr, hlen, data, dlen); }) {
+      return c_->post_express(hdr, hlen, data, dlen);
+    } else {
+      return post_short(hdr, hlen, data, dlen);
+    }
+  }
   NodeId peer() const override { return c_->peer_.load(std::memory_order_relaxed); }
   bool alive() const override { return !c_->dead_.load(std::memory_order_acquire); }
   void flush() override {

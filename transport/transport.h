@@ -295,6 +295,14 @@ class Endpoint {  // one peer on one transport; thread-safe
     (void)hdr, (void)hlen, (void)data, (void)dlen;
     return false;
   }
+  /// post_short for a message that keeps no order with this endpoint's
+  /// other messages (an RPC call or reply): a transport with a separate lane
+  /// for such messages (shm) may post it there, so that it never waits for a
+  /// lock a bulk sender holds, and may deliver it ahead of messages posted
+  /// before it. Elsewhere the same as post_short.
+  virtual bool post_express(const void* hdr, size_t hlen, const void* data, size_t dlen) {
+    return post_short(hdr, hlen, data, dlen);
+  }
   virtual NodeId peer() const = 0;
   virtual bool alive() const = 0;
   /// Sends what posts with kWrMore left held on this endpoint now (a sender

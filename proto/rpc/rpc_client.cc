@@ -47,7 +47,7 @@ Result<ReqId> Engine::rpc_async(NodeId node, uint32_t func_id, const void* in, s
   // a stream transport may hold it until the next progress pass (which
   // handles those replies, or any wait) and send several calls at once.
   bool more = used >= kRpcCorkDepth;
-  Status s = send_request(*r, node, &q, sizeof(q), in, in_len, more);
+  Status s = send_request(*r, node, &q, sizeof(q), in, in_len, more, true);
   if (!s.is_ok()) {
     credits_.untake_rpc(node);
     return s;

@@ -116,7 +116,7 @@ Status Engine::reply_rpc(uint64_t token, const void* out, size_t len, Status s) 
   }
   MsgHeader rh = make_header(MsgOp::kRpcReply, c.caller_req, s.code());
   return send(c.src, &rh, sizeof(rh), s.is_ok() ? out : nullptr, s.is_ok() ? len : 0,
-              default_deadline(), true);
+              default_deadline(), true, false, true);
 }
 
 // Takes a cancelled receive (a message one, or a server loop's RPC one) out

@@ -30,7 +30,7 @@ void Engine::run_rpc(NodeId from, uint64_t caller_req, const RpcHandler& fn,
     return;
   }
   (void)send(from, &rh, sizeof(rh), s.is_ok() ? out.data() : nullptr, s.is_ok() ? n : 0,
-             default_deadline(), true);
+             default_deadline(), true, false, true);
 }
 
 void Engine::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byte> b,
@@ -51,7 +51,7 @@ void Engine::serve_rpc(NodeId from, const MsgHeader& h, std::span<const std::byt
   RpcQueue* queue = client_.rpcs.queue(q.func);
   if (queue == nullptr) {
     MsgHeader rh = make_header(MsgOp::kRpcReply, h.req_id, Code::kNoHandler);
-    (void)send(from, &rh, sizeof(rh), nullptr, 0, default_deadline(), true);
+    (void)send(from, &rh, sizeof(rh), nullptr, 0, default_deadline(), true, false, true);
     return;
   }
   queue_rpc(queue, from, h.req_id, in);  // rpc_loop.cc

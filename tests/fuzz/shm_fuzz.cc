@@ -91,7 +91,7 @@ class Producer {
     std::memcpy(a.sun_path + 1, n.data(), n.size());
     auto alen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n.size());
     FUZZ_CHECK(::connect(sock_.get(), reinterpret_cast<sockaddr*>(&a), alen) == 0, strerror(errno));
-    seg_len_ = kCtrlBytes + 2 * size_t{kRing};
+    seg_len_ = segment_bytes(kRing);
     memfd_.reset(::memfd_create("fuzz-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     FUZZ_CHECK(memfd_.valid() && ::ftruncate(memfd_.get(), static_cast<off_t>(seg_len_)) == 0 &&
                    ::fcntl(memfd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0,

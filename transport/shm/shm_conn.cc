@@ -6,9 +6,59 @@
 #include <cstring>
 
 #include "common/small_copy.h"
+#include "common/tls.h"
 #include "common/trace_points.h"
 
 namespace lt::transport::shm {
+
+namespace {
+
+// Where this thread's own main-ring messages are, so that a lane post does
+// not overtake them (post_express): the one connection it has posted them
+// to (its serial; 0: none), and the ring position past the last one
+// (kUnplaced while it waits in the backlog). A thread that has posted
+// main-ring messages to two connections no longer tracks them, and its
+// express posts all go by the main ring: correct, and a rare case (an RPC
+// caller that also sends messages to several nodes).
+constexpr uint64_t kUnplaced = ~uint64_t{0};
+struct MainPosts {
+  uint64_t conn;
+  uint64_t end;
+  bool several;
+};
+LT_TLS_FAST constinit thread_local MainPosts t_main{0, 0, false};
+
+}  // namespace
+
+uint64_t ShmConn::next_serial() {
+  static std::atomic<uint64_t> n{0};
+  return n.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// Under send_lock_, after a message of this thread went into the main ring
+// or its backlog.
+void ShmConn::note_main_post_locked() {
+  if (t_main.conn != serial_) {
+    if (t_main.conn != 0) t_main.several = true;
+    t_main.conn = serial_;
+  }
+  t_main.end = backlog_.empty() ? tx_head_ : kUnplaced;
+}
+
+// True when no message of this thread waits in the main ring for the
+// consumer: a lane post cannot overtake one. The consumer's tail moves once
+// it has handled the records before it (release_rx).
+bool ShmConn::lane_keeps_order() {
+  if (t_main.conn == 0) return true;
+  if (t_main.several) return false;
+  if (t_main.conn != serial_) return true;
+  if (t_main.end == kUnplaced ||
+      aref(tx_ctrl_->tail).load(std::memory_order_acquire) < t_main.end) {
+    return false;
+  }
+  t_main.conn = 0;  // all taken
+  return true;
+}
 
 // A record that does not fit before the window's end goes at ring offset 0,
 // after a pad to the ring's end (the pad's room is position space: the bytes
@@ -211,11 +261,25 @@ bool ShmConn::post_short(const void* hdr, size_t hlen, const void* data, size_t 
     copy_small(at, hdr, hlen);
     if (dlen != 0) copy_small(at + hlen, data, dlen);
     publish_record(idx, record_bytes(len));
+    note_main_post_locked();
     LT_TRACE_POINT('w');
   }
   if (unlock_tx()) net::ring_eventfd(peer_bell_.get());
   LT_TRACE_POINT('u');
   return ok;
+}
+
+bool ShmConn::post_express(const void* hdr, size_t hlen, const void* data, size_t dlen) {
+  LT_TRACE_POINT('t');
+  if (hlen + dlen > max_msg_ || dead_.load(std::memory_order_acquire)) return false;
+  bool bell = false;
+  if (!lane_keeps_order() || !lane_.post(hdr, hlen, data, dlen, &bell)) {
+    return post_short(hdr, hlen, data, dlen);
+  }
+  LT_TRACE_POINT('w');
+  if (bell) net::ring_eventfd(peer_bell_.get());
+  LT_TRACE_POINT('u');
+  return true;
 }
 
 Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
@@ -236,6 +300,7 @@ Result<size_t> ShmConn::post(std::span<const WorkRequest> wrs) {
       if (!locked) lock_tx();
       locked = true;
       if (!enqueue_locked(gather_of(wr), len, 0, must_queue)) break;  // back-pressure
+      note_main_post_locked();
       continue;
     }
     if (locked) bell |= unlock_tx();  // one-sided ops may open files: no lock held

@@ -32,6 +32,7 @@
 #include "common/time.h"
 #include "transport/mapped_region.h"
 #include "transport/shm/shm_gather.h"
+#include "transport/shm/shm_lane.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_transport.h"
 
@@ -206,7 +207,8 @@ class ShmConn {
   ShmConn(const ShmConn&) = delete;
   ShmConn& operator=(const ShmConn&) = delete;
 
-  // Points the rings at a mapped segment: ring 0 carries connector -> acceptor.
+  // Points the rings and lanes at a mapped segment: ring 0 and lane 0 carry
+  // connector -> acceptor.
   void attach(std::byte* seg, size_t len, uint32_t ring_bytes, uint64_t salt, net::Fd my_bell,
               net::Fd peer_bell) {
     seg_ = seg;
@@ -225,6 +227,13 @@ class ShmConn {
     rx_ctrl_ = connector_ ? &ctrl[1] : &ctrl[0];
     tx_ring_ = connector_ ? ring0 : ring1;
     rx_ring_ = connector_ ? ring1 : ring0;
+    std::byte* lane0 = ring1 + ring_bytes;
+    std::byte* lane1 = lane0 + kLaneBytes;
+    if (connector_) {
+      lane_.attach(lane0, &ctrl[2], lane1, &ctrl[3], salt);
+    } else {
+      lane_.attach(lane1, &ctrl[3], lane0, &ctrl[2], salt);
+    }
     my_bell_ = std::move(my_bell);
     peer_bell_ = std::move(peer_bell);
   }
@@ -239,6 +248,11 @@ class ShmConn {
   Result<size_t> post(std::span<const WorkRequest> wrs);
   // Endpoint::post_short: one record, or false with nothing written.
   bool post_short(const void* hdr, size_t hlen, const void* data, size_t dlen);
+  // Endpoint::post_express: the lane, else post_short. The lane keeps the
+  // calling thread's order: a thread with a message of its own still in
+  // this connection's main ring (posted, not yet released by the consumer)
+  // posts by the main ring too, after it (lane_keeps_order).
+  bool post_express(const void* hdr, size_t hlen, const void* data, size_t dlen);
   // The region `rkey` names, mapped (at first use) for the caller's own
   // loads and stores (Endpoint::view); null while the connection is dead or
   // when the rkey names no region of the peer's. Cold path (shm_access.cc).
@@ -282,8 +296,9 @@ class ShmConn {
     return stamp_at(rx_ring_, rx_pos_ & mask_).load(mo) == stamp_of(rx_pos_);
   }
 
-  // Poller: hands consumed ring bytes back to the producer.
+  // Poller: hands consumed ring and lane bytes back to the producer.
   void publish_tail() {
+    lane_.release();
     if (rx_pos_ == rx_released_) return;
     rx_released_ = rx_pos_;
     aref(rx_ctrl_->tail).store(rx_pos_, std::memory_order_seq_cst);
@@ -295,6 +310,7 @@ class ShmConn {
   }
 
   ShmTransport* t_;
+  const uint64_t serial_ = next_serial();  // this connection among all of the process's
   net::Fd sock_;
   std::atomic<NodeId> peer_;
   const pid_t peer_pid_;
@@ -315,6 +331,7 @@ class ShmConn {
   std::byte* tx_ring_ = nullptr;
   std::byte* rx_ring_ = nullptr;
   net::Fd my_bell_, peer_bell_;
+  ShmLane lane_;  // its own lock; its rx side is the poller's
 
   // Poller-only.
   bool hello_done_;
@@ -357,6 +374,9 @@ class ShmConn {
     uint32_t imm = 0;
   };
 
+  static uint64_t next_serial();
+  bool lane_keeps_order();
+  void note_main_post_locked();
   Status check(const WorkRequest& wr, size_t* len) const;
   Status one_sided(const WorkRequest& wr, size_t len, bool* refused, bool* bell);
   bool post_small_accesses(std::span<const WorkRequest> wrs, Result<size_t>* out);

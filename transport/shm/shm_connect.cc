@@ -87,13 +87,13 @@ Result<net::Fd> ShmTransport::dial(const PeerInfo& peer, Deadline d, pid_t* pid)
   return sock;
 }
 
-// A connection segment for `peer`: two rings of shm.ring_bytes after the
+// A connection segment for `peer`: two rings of shm.ring_bytes and two lanes after the
 // header and their control blocks, sealed, so the peer can never shrink it
 // under us, and mapped here.
 Result<ShmTransport::NewSegment> ShmTransport::new_segment(NodeId peer) {
   const uint32_t r = config_.ring_bytes;
   NewSegment out;
-  out.len = kCtrlBytes + 2 * size_t{r};
+  out.len = segment_bytes(r);
   out.memfd = net::Fd(::memfd_create("ltier-shm-conn", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!out.memfd.valid() || ::ftruncate(out.memfd.get(), static_cast<off_t>(out.len)) != 0 ||
       ::fcntl(out.memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
@@ -155,7 +155,7 @@ bool ShmTransport::handle_hello(ShmConn* c, const void* body, size_t len,
   }
   const uint32_t r = h.ring_bytes;
   if (!is_pow2(r) || r < kMinRingBytes || r > kMaxRingBytes || fds->size() != 3) return false;
-  const size_t seg_len = kCtrlBytes + 2 * size_t{r};
+  const size_t seg_len = segment_bytes(r);
   struct stat st;
   int seals = ::fcntl((*fds)[0].get(), F_GET_SEALS);
   if (::fstat((*fds)[0].get(), &st) != 0 || !S_ISREG(st.st_mode) ||

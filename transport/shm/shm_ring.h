@@ -5,10 +5,18 @@
 // both processes:
 //
 //   [0, 64)                 SegHeader
-//   [64, 64 + 2 * 128)      RingCtrl[2]: ring 0 carries connector -> acceptor,
-//                           ring 1 acceptor -> connector
+//   [64, 64 + 4 * 128)      RingCtrl[4]: ring 0 carries connector -> acceptor,
+//                           ring 1 acceptor -> connector, lanes 0 and 1 the same
 //   [kCtrlBytes, +R)        ring 0 bytes
 //   [kCtrlBytes + R, +R)    ring 1 bytes
+//   [kCtrlBytes + 2R, +L)   lane 0 bytes (L = kLaneBytes)
+//   [kCtrlBytes + 2R + L, +L) lane 1 bytes
+//
+// A lane is a small ring of its own beside each main ring, with its own
+// producer lock (ShmLane): small messages that keep no order with the rest
+// (RPC calls and replies of threads that do not run idle) go there, so that
+// they never wait for the main ring's lock while a bulk sender holds it. A
+// lane carries only kMsg and kPad records.
 //
 // Each ring is single-producer / single-consumer. Positions are byte counts
 // since the connection began (64-bit, never wrap); the byte at position p is
@@ -37,7 +45,7 @@
 namespace lt::transport::shm {
 
 inline constexpr uint32_t kSegMagic = 0x6d73746c;  // "ltsm"
-inline constexpr uint16_t kSegVersion = 2;
+inline constexpr uint16_t kSegVersion = 3;
 inline constexpr size_t kCtrlBytes = 4096;
 inline constexpr size_t kRecAlign = 64;
 inline constexpr uint32_t kMinRingBytes = 4096;
@@ -48,6 +56,14 @@ inline constexpr uint64_t kMinWindow = 16u << 10;  // smallest share of shm.ring
 // resident lines instead of faulting in a fresh page every 64 records on its
 // first lap of a 4 MiB ring. A consumer that lags widens it (ShmConn).
 inline constexpr uint64_t kHotWindow = 64u << 10;
+// Bytes of each lane: 512 records of one line (a small RPC), at most a
+// quarter of it in one record.
+inline constexpr uint32_t kLaneBytes = 32u << 10;
+
+/// Bytes of a segment whose main rings have `ring_bytes` each.
+constexpr size_t segment_bytes(uint32_t ring_bytes) {
+  return kCtrlBytes + 2 * size_t{ring_bytes} + 2 * size_t{kLaneBytes};
+}
 
 /// Start of the segment; written once by the connector before it is shared.
 struct SegHeader {
@@ -70,7 +86,7 @@ struct RingCtrl {
   uint32_t want_space;             // producer asleep with a backlog: ring it after releasing
 };
 static_assert(sizeof(RingCtrl) == 128);
-static_assert(64 + 2 * sizeof(RingCtrl) <= kCtrlBytes);
+static_assert(64 + 4 * sizeof(RingCtrl) <= kCtrlBytes);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint32_t>::is_always_lock_free);
 

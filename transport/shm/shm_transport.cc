@@ -172,9 +172,33 @@ void ShmTransport::free_memory(const MemRegion& r) {
   ::close(s.fd);
 }
 
-// Delivers what the ring holds. True when it consumed anything.
+// Delivers what the lane holds. True when it took anything.
+bool ShmTransport::read_lane(ShmConn* c, std::span<Completion> out, size_t* n) {
+  bool took = false;
+  while (*n < out.size() && c->lane_.ready()) {
+    uint32_t len = 0;
+    CpuHint cpu = kCpuUnknown;
+    const char* bad = nullptr;
+    const std::byte* p = c->lane_.take(&len, &cpu, &bad);
+    if (p == nullptr) {
+      malformed_.fetch_add(1, std::memory_order_relaxed);
+      close_conn(c, out, n, bad);
+      return true;
+    }
+    took = true;
+    if (len == ShmLane::kPadTaken) continue;
+    LT_TRACE_POINT('d');
+    fill_recv_completion(&out[(*n)++], c->peer_.load(std::memory_order_relaxed), p, len, 0, cpu);
+    if (!c->lent_ && !c->stage_lent_) lent_.push_back(c);
+    c->lent_ = true;
+  }
+  return took;
+}
+
+// Delivers what the lane, then the ring, holds. True when it consumed anything.
 bool ShmTransport::read_ring(ShmConn* c, std::span<Completion> out, size_t* n) {
-  bool progress = false;
+  bool progress = read_lane(c, out, n);
+  if (c->closed_) return true;
   const uint64_t ring = c->ring_;
   for (;;) {
     if (*n == out.size() || !c->rx_ready()) break;
@@ -290,7 +314,7 @@ void ShmTransport::try_arm() {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
     aref(c->rx_ctrl_->want_data).store(1, std::memory_order_seq_cst);
-    if (c->rx_ready(std::memory_order_seq_cst) || c->hup_) {
+    if (c->lane_.arm() || c->rx_ready(std::memory_order_seq_cst) || c->hup_) {
       work = true;
     }
     if (c->has_backlog_.load(std::memory_order_seq_cst)) {
@@ -307,6 +331,7 @@ void ShmTransport::disarm() {
     ShmConn* c = sp.get();
     if (c->closed_ || !c->mapped()) continue;
     aref(c->rx_ctrl_->want_data).store(0, std::memory_order_relaxed);
+    c->lane_.disarm();
     aref(c->tx_ctrl_->want_space).store(0, std::memory_order_relaxed);
   }
   kick();
@@ -389,7 +414,7 @@ size_t ShmTransport::poll(std::span<Completion> out) {
     if (c->closed_ || !c->mapped()) continue;
     if (c->has_backlog_.load(std::memory_order_acquire)) active |= c->flush_from_poller();
     active |= read_ring(c, out, &n);
-    if (c->hup_ && !c->closed_ && n < out.size() && !c->rx_ready()) {
+    if (c->hup_ && !c->closed_ && n < out.size() && !c->rx_ready() && !c->lane_.ready()) {
       close_conn(c, out, &n, "closed by peer");
     }
   }

@@ -18,6 +18,9 @@
 // travel in fragments and are reassembled in a per-connection staging buffer.
 // What the ring cannot take now of an accepted message waits in a bounded
 // per-connection backlog that post() and poll() flush; post never blocks.
+// Each direction also has a small lane (shm_lane.h) with a lock of its own
+// for messages that keep no order with the rest (Endpoint::post_express);
+// the poller reads it before the ring.
 //
 // Wake-ups: wait_fd() is an epoll set of the listening socket, every
 // connection's socket and its inbound bell, and an "awake" eventfd that is
@@ -116,6 +119,7 @@ class ShmTransport final : public Transport {
   void on_socket(ShmConn* c, uint32_t events, std::span<Completion> out, size_t* n);
   bool handle_hello(ShmConn* c, const void* body, size_t len, std::vector<net::Fd>* fds);
   bool read_ring(ShmConn* c, std::span<Completion> out, size_t* n);
+  bool read_lane(ShmConn* c, std::span<Completion> out, size_t* n);
   void close_conn(ShmConn* c, std::span<Completion> out, size_t* n, const char* why);
   void try_arm();
   void disarm();
