@@ -6,7 +6,9 @@
 // polling the transport between batches.
 //
 // Input: byte 0 sizes the completion array poll() gets (1..8, so "out is
-// full" happens); then records, each a kind selector and fields:
+// full" happens), and its top bit picks the ring: ring 0, or the
+// connector's lane (shm_lane.h: kMsg with imm 0 and kPad only, a quarter
+// lane at most); then records, each a kind selector and fields:
 //   u8 sel, u16 len, u32 imm, u16 total, u8 flags (reserved header byte)
 // sel picks the kind (kMsg, kPad, kFragFirst, kFrag or an unknown one), and
 // whether the stamp is right (a wrong one is a record never published). The
@@ -82,7 +84,7 @@ World& world() {
 // The connector's side of one connection.
 class Producer {
  public:
-  Producer() {
+  explicit Producer(bool lane) {
     sock_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     FUZZ_CHECK(sock_.valid(), strerror(errno));
     sockaddr_un a{};
@@ -108,6 +110,11 @@ class Producer {
     std::memcpy(seg_, &h, sizeof(h));
     ctrl_ = reinterpret_cast<RingCtrl*>(seg_ + sizeof(SegHeader));
     ring_ = seg_ + kCtrlBytes;  // ring 0: ours to write
+    if (lane) {                 // lane 0, after both rings
+      ctrl_ += 2;
+      ring_ += 2 * size_t{kRing};
+      size_ = kLaneBytes;
+    }
     bell_a_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     bell_b_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
     Hello hello{kSegMagic, kSegVersion, static_cast<uint16_t>(HelloKind::kHello),
@@ -145,14 +152,15 @@ class Producer {
   uint64_t tail() const { return aref(ctrl_[0].tail).load(std::memory_order_acquire); }
   void ask_for_room() { aref(ctrl_[0].want_space).store(1, std::memory_order_seq_cst); }
   // Bytes we may write from head() on: up to a ring past the published tail.
-  uint64_t room() const { return kRing - (head_ - tail()); }
+  uint64_t room() const { return size_ - (head_ - tail()); }
+  uint64_t size() const { return size_; }
 
   // Writes a record at head(): header fields, payload (`fill`, then a
   // pattern) up to the ring's end, then the stamp (right or wrong) last,
   // and moves head() by `bytes`.
   void write(const RecHeader& h, std::string_view fill, uint64_t bytes, bool good_stamp) {
-    uint64_t idx = head_ & (kRing - 1);
-    uint64_t space = std::min<uint64_t>(bytes, kRing - idx);  // never past the ring's end
+    uint64_t idx = head_ & (size_ - 1);
+    uint64_t space = std::min<uint64_t>(bytes, size_ - idx);  // never past the ring's end
     RecHeader copy = h;
     copy.stamp = 0;
     std::memcpy(ring_ + idx + 8, reinterpret_cast<const std::byte*>(&copy) + 8, kRecHdr - 8);
@@ -164,7 +172,7 @@ class Producer {
     aref(*reinterpret_cast<uint64_t*>(ring_ + idx)).store(stamp, std::memory_order_release);
     head_ += bytes;
   }
-  const std::byte* at(uint64_t pos) const { return ring_ + (pos & (kRing - 1)); }
+  const std::byte* at(uint64_t pos) const { return ring_ + (pos & (size_ - 1)); }
 
  private:
   net::Fd sock_, memfd_, bell_a_, bell_b_;
@@ -173,6 +181,7 @@ class Producer {
   uint64_t salt_ = 0;
   RingCtrl* ctrl_ = nullptr;
   std::byte* ring_ = nullptr;
+  uint64_t size_ = kRing;
   uint64_t head_ = 0;
 };
 
@@ -221,11 +230,13 @@ using namespace lt::transport::shm;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   World& w = world();
   Input in(data, size);
-  const size_t out_n = 1 + in.u8() % 8;
+  const uint8_t first = in.u8();
+  const size_t out_n = 1 + first % 8;
+  const bool lane = (first & 0x80) != 0;
   const uint64_t malformed_before = w.t->malformed();
   Seen seen;
   Model model;
-  auto p = std::make_unique<Producer>();
+  auto p = std::make_unique<Producer>(lane);
   lt::Deadline d = lt::Deadline::after_ms(kWaitMs);
   while (!p->acked()) {
     poll_once(out_n, &seen);
@@ -245,13 +256,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t ksel = sel & 7;
     const uint8_t kind = ksel < 7 ? static_cast<uint8_t>(kKinds[ksel]) : (sel >> 3) % 8 + 5;
     const bool oversize = (sel & 8) != 0 && (flags & 1);  // declare more than the place allows
-    const uint64_t idx = p->head() & (kRing - 1);
-    const uint64_t contig = kRing - idx;
+    const uint64_t idx = p->head() & (p->size() - 1);
+    const uint64_t contig = p->size() - idx;
     RecHeader h{};
     h.kind = kind;
-    h.imm = imm;
-    h.reserved = flags;                       // ignored by the consumer
-    h.cpu = static_cast<uint16_t>(imm >> 8);  // a hint only: any value is harmless
+    h.imm = lane && (flags & 2) == 0 ? 0 : imm;  // the lane's records carry none
+    h.reserved = flags;                          // ignored by the consumer
+    h.cpu = static_cast<uint16_t>(imm >> 8);     // a hint only: any value is harmless
     uint64_t bytes;
     if (kind == static_cast<uint8_t>(RecKind::kPad)) {
       h.len = oversize ? static_cast<uint32_t>(len) : static_cast<uint32_t>(contig - kRecHdr);
@@ -279,9 +290,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       model.stuck = true;
       break;
     }
-    // The reference decoder (shm_ring.h; ShmTransport::read_ring).
+    // The reference decoder (shm_ring.h; ShmTransport::read_ring, and
+    // ShmLane::take for the lane).
     const uint64_t rec_bytes = record_bytes(h.len);
-    switch (static_cast<RecKind>(kind)) {
+    if (lane && kind != static_cast<uint8_t>(RecKind::kPad) &&
+        (kind != static_cast<uint8_t>(RecKind::kMsg) || h.imm != 0 || rec_bytes > kLaneBytes / 4)) {
+      model.bad = true;
+    }
+    switch (model.bad ? RecKind{0} : static_cast<RecKind>(kind)) {
       case RecKind::kPad:
         if (h.len != contig - kRecHdr) model.bad = true;
         break;
