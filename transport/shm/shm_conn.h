@@ -393,26 +393,12 @@ class ShmConn {
     return bell;
   }
   // The records are out (each by its stamp); true when the consumer asked
-  // for a bell. The stamp stores, a full barrier, then a seq_cst load of
-  // want_data, pair with the consumer's seq_cst store of want_data and load
-  // of the next stamp (try_arm): one side sees the other. On x86 the barrier
-  // is a locked add to this thread's stack, as Linux's smp_mb() is: a locked
-  // instruction on the stamp itself waited for the line the consumer polls
-  // to come back (two thirds of a streaming post on Zen 5), and mfence costs
-  // more. Elsewhere, and under TSan (whose model has no such fence, and gcc
-  // refuses atomic_thread_fence there), a seq_cst read-modify-write of the
-  // last stamp, its value unchanged.
+  // for a bell (try_arm; stamp_barrier says how the two sides pair).
   bool publish_locked() {
     if (tx_head_ == tx_published_) return false;
     tx_published_ = tx_head_;
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-    asm volatile("lock orl $0, (%%rsp)" ::: "memory", "cc");
-#else
-    stamp_at(tx_ring_, last_idx_).fetch_or(0, std::memory_order_seq_cst);
-#endif
-    uint32_t& w = tx_ctrl_->want_data;
-    return aref(w).load(std::memory_order_seq_cst) != 0 &&
-           aref(w).exchange(0, std::memory_order_seq_cst) != 0;
+    stamp_barrier(*reinterpret_cast<uint64_t*>(tx_ring_ + last_idx_));
+    return take_bell_request(tx_ctrl_);
   }
   uint64_t hot_window() const { return std::min(kHotWindow, min_win_); }
   // Widens the window for a record of `rec` bytes so that four of them fit,
@@ -454,21 +440,8 @@ class ShmConn {
   }
   // Writes a record's header but its stamp; the payload goes in next, then
   // publish_record() stamps it.
-  // Field by field, straight from registers: a header built on the stack and
-  // copied in stalled the copy's 16-byte load until the fields' narrower
-  // stores reached the cache (store forwarding fails), on every record.
   void write_header(uint64_t idx, RecKind k, uint64_t len, uint32_t imm, uint64_t total) {
-    std::byte* at = tx_ring_ + idx;
-    put(at + offsetof(RecHeader, len), static_cast<uint32_t>(len));
-    put(at + offsetof(RecHeader, imm), imm);
-    put(at + offsetof(RecHeader, total), static_cast<uint32_t>(total));
-    put(at + offsetof(RecHeader, kind), static_cast<uint8_t>(k));
-    put(at + offsetof(RecHeader, reserved), uint8_t{0});
-    put(at + offsetof(RecHeader, cpu), this_cpu_hint());
-  }
-  template <class T>
-  static void put(std::byte* at, T v) {
-    std::memcpy(at, &v, sizeof(v));
+    write_record_header(tx_ring_ + idx, k, len, imm, total);
   }
   // The record at tx_head_ (ring offset idx), `bytes` long, is complete.
   // tx_head_ moves first: the consumer may take the record and publish a

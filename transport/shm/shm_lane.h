@@ -66,16 +66,17 @@ class ShmLane {
       return false;
     }
     if (wrap) {
-      write_header(idx, RecKind::kPad, pad - kRecHdr);
+      write_record_header(tx_ + idx, RecKind::kPad, pad - kRecHdr, 0, 0);
       publish(idx, pad);
       idx = 0;
     }
-    write_header(idx, RecKind::kMsg, len);
+    write_record_header(tx_ + idx, RecKind::kMsg, len, 0, 0);
     std::byte* at = tx_ + idx + kRecHdr;
     copy_small(at, hdr, hlen);
     if (dlen != 0) copy_small(at + hlen, data, dlen);
     publish(idx, rec);
-    *bell = wants_bell();
+    stamp_barrier(*reinterpret_cast<uint64_t*>(tx_ + idx));
+    *bell = take_bell_request(tx_ctrl_);
     lock_.unlock();
     return true;
   }
@@ -145,37 +146,10 @@ class ShmLane {
     tail_ = t;
     return head_ + need - tail_ <= kLaneBytes;
   }
-  void write_header(uint64_t idx, RecKind k, uint64_t len) {
-    std::byte* at = tx_ + idx;
-    put(at + offsetof(RecHeader, len), static_cast<uint32_t>(len));
-    put(at + offsetof(RecHeader, imm), uint32_t{0});
-    put(at + offsetof(RecHeader, total), uint32_t{0});
-    put(at + offsetof(RecHeader, kind), static_cast<uint8_t>(k));
-    put(at + offsetof(RecHeader, reserved), uint8_t{0});
-    put(at + offsetof(RecHeader, cpu), this_cpu_hint());
-  }
-  template <class T>
-  static void put(std::byte* at, T v) {
-    std::memcpy(at, &v, sizeof(v));
-  }
   void publish(uint64_t idx, uint64_t bytes) {
     const uint64_t pos = head_;
     head_ += bytes;
-    last_idx_ = idx;
     stamp_at(tx_, idx).store(pos ^ salt_, std::memory_order_release);
-  }
-  // The barrier between the stamp stores and the want_data load, as in
-  // ShmConn::publish_locked (which says why it is a locked add to the stack
-  // on x86).
-  bool wants_bell() {
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-    asm volatile("lock orl $0, (%%rsp)" ::: "memory", "cc");
-#else
-    stamp_at(tx_, last_idx_).fetch_or(0, std::memory_order_seq_cst);
-#endif
-    uint32_t& w = tx_ctrl_->want_data;
-    return aref(w).load(std::memory_order_seq_cst) != 0 &&
-           aref(w).exchange(0, std::memory_order_seq_cst) != 0;
   }
 
   std::byte* tx_ = nullptr;
@@ -186,7 +160,7 @@ class ShmLane {
 
   // Producer side, under lock_.
   SpinLock lock_;
-  uint64_t head_ = 0, tail_ = 0, last_idx_ = 0;
+  uint64_t head_ = 0, tail_ = 0;
 
   // Poller-only.
   uint64_t rx_pos_ = 0, rx_released_ = 0;

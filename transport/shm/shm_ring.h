@@ -41,6 +41,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include "common/cpu_hint.h"
 
 namespace lt::transport::shm {
 
@@ -134,6 +137,48 @@ static_assert(sizeof(Hello) == 24);
 template <typename T>
 inline std::atomic_ref<T> aref(T& v) {
   return std::atomic_ref<T>(v);
+}
+
+/// Producer: writes the header of the record at `at` but its stamp; the
+/// payload goes in next, then the stamp publishes the record. Field by
+/// field, straight from registers: a header built on the stack and copied
+/// in stalled the copy's 16-byte load until the fields' narrower stores
+/// reached the cache (store forwarding fails), on every record.
+inline void write_record_header(std::byte* at, RecKind k, uint64_t len, uint32_t imm,
+                                uint64_t total) {
+  auto put = [](std::byte* p, auto v) { std::memcpy(p, &v, sizeof(v)); };
+  put(at + offsetof(RecHeader, len), static_cast<uint32_t>(len));
+  put(at + offsetof(RecHeader, imm), imm);
+  put(at + offsetof(RecHeader, total), static_cast<uint32_t>(total));
+  put(at + offsetof(RecHeader, kind), static_cast<uint8_t>(k));
+  put(at + offsetof(RecHeader, reserved), uint8_t{0});
+  put(at + offsetof(RecHeader, cpu), this_cpu_hint());
+}
+
+/// Producer: the full barrier between the stamp stores of a post and its
+/// seq_cst load of want_data, which pairs with the consumer's seq_cst store
+/// of want_data and load of the next stamp (one side sees the other).
+/// `last_stamp` is the stamp written last. On x86 a locked add to this
+/// thread's stack, as Linux's smp_mb() is: a locked instruction on the stamp
+/// itself waited for the line the consumer polls to come back (two thirds of
+/// a streaming post on Zen 5), and mfence costs more. Elsewhere, and under
+/// TSan (whose model has no such fence, and gcc refuses
+/// atomic_thread_fence there), a seq_cst read-modify-write of that stamp,
+/// its value unchanged.
+inline void stamp_barrier([[maybe_unused]] uint64_t& last_stamp) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  asm volatile("lock orl $0, (%%rsp)" ::: "memory", "cc");
+#else
+  aref(last_stamp).fetch_or(0, std::memory_order_seq_cst);
+#endif
+}
+
+/// Producer, after stamp_barrier: true when the consumer asked for a bell
+/// (want_data set); the flag is cleared, so one bell answers one request.
+inline bool take_bell_request(RingCtrl* ctrl) {
+  uint32_t& w = ctrl->want_data;
+  return aref(w).load(std::memory_order_seq_cst) != 0 &&
+         aref(w).exchange(0, std::memory_order_seq_cst) != 0;
 }
 
 }  // namespace lt::transport::shm

@@ -15,30 +15,9 @@ namespace {
 
 constexpr uint32_t kLaneRecords = 512;  // 64-byte records in shm's 32 KiB lane
 
-class ExpressPost : public TransportHarness, public ::testing::WithParamInterface<TransportKind> {
+class ExpressPost : public PairedPaths {
  protected:
-  ExpressPost() : TransportHarness(GetParam().make, GetParam().peer) {}
-  void SetUp() override { set_up_pair(); }
-
-  bool has_lane() const { return std::string(GetParam().name).starts_with("shm"); }
-
-  // Message `i`: a 16-byte header and `len` bytes of data, both from
-  // pattern seeds derived from `i`, so every byte says which message it is.
-  struct Msg {
-    std::vector<std::byte> hdr, data, whole;
-  };
-  static Msg message(uint64_t i, size_t len) {
-    Msg m{pattern(16, 3 * i), pattern(len, 3 * i + 1), {}};
-    m.whole = m.hdr;
-    m.whole.insert(m.whole.end(), m.data.begin(), m.data.end());
-    return m;
-  }
-  bool post_express(const Msg& m) {
-    return ab_->post_express(m.hdr.data(), m.hdr.size(), m.data.data(), m.data.size());
-  }
-  bool post_short(const Msg& m) {
-    return ab_->post_short(m.hdr.data(), m.hdr.size(), m.data.data(), m.data.size());
-  }
+  bool has_lane() const { return is_shm(); }
   // Runs `fn` on a thread of its own: a fresh thread has no messages of its
   // own in any connection's main ring, which the lane's order check tracks
   // per thread.
@@ -139,13 +118,8 @@ TEST_P(ExpressPost, WakesASleepingPoller) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Transports, ExpressPost,
-    ::testing::Values(TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
-                      TransportKind{"shm_small_ring", &make_shm_small_ring, &shm_peer, true}),
-    [](const ::testing::TestParamInfo<TransportKind>& info) {
-      return std::string(info.param.name);
-    });
+INSTANTIATE_TEST_SUITE_P(Transports, ExpressPost, ::testing::ValuesIn(paired_path_kinds()),
+                         kind_name);
 
 }  // namespace
 }  // namespace lt::transport::test

@@ -9,24 +9,10 @@
 namespace lt::transport::test {
 namespace {
 
-class ShortPost : public TransportHarness, public ::testing::WithParamInterface<TransportKind> {
+class ShortPost : public PairedPaths {
  protected:
-  ShortPost() : TransportHarness(GetParam().make, GetParam().peer) {}
-  void SetUp() override { set_up_pair(); }
+  bool has_short_path() const { return is_shm(); }
 
-  bool has_short_path() const { return std::string(GetParam().name).starts_with("shm"); }
-
-  // Message `i`: a 16-byte header and `i % 300` bytes of data, both from
-  // pattern seeds derived from `i`, so every byte says which message it is.
-  struct Msg {
-    std::vector<std::byte> hdr, data, whole;
-  };
-  static Msg message(uint64_t i, size_t data_len) {
-    Msg m{pattern(16, 2 * i), pattern(data_len, 2 * i + 1), {}};
-    m.whole = m.hdr;
-    m.whole.insert(m.whole.end(), m.data.begin(), m.data.end());
-    return m;
-  }
   // post() of the same bytes, gathered from two sges as post_short's are.
   Status post_gathered(const Msg& m) {
     WorkRequest wr;
@@ -35,9 +21,6 @@ class ShortPost : public TransportHarness, public ::testing::WithParamInterface<
     wr.sge[0] = Sge{m.hdr.data(), static_cast<uint32_t>(m.hdr.size()), 0};
     wr.sge[1] = Sge{m.data.data(), static_cast<uint32_t>(m.data.size()), 0};
     return post_one(ab_.get(), wr);
-  }
-  bool post_short(const Msg& m) {
-    return ab_->post_short(m.hdr.data(), m.hdr.size(), m.data.data(), m.data.size());
   }
 };
 
@@ -136,13 +119,8 @@ TEST_P(ShortPost, RefusedOnceThePeerIsLost) {
   EXPECT_EQ(r.status().code(), Code::kPeerDown);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Transports, ShortPost,
-    ::testing::Values(TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
-                      TransportKind{"shm_small_ring", &make_shm_small_ring, &shm_peer, true}),
-    [](const ::testing::TestParamInfo<TransportKind>& info) {
-      return std::string(info.param.name);
-    });
+INSTANTIATE_TEST_SUITE_P(Transports, ShortPost, ::testing::ValuesIn(paired_path_kinds()),
+                         kind_name);
 
 }  // namespace
 }  // namespace lt::transport::test

@@ -212,6 +212,19 @@ inline std::vector<std::byte> pattern(size_t n, uint64_t seed) {
   return v;
 }
 
+// A message as the short and express paths take it: a 16-byte header and
+// `len` bytes of data, both from pattern seeds derived from `i`, so every
+// byte says which message it is; `whole` is the two as they arrive.
+struct HdrMsg {
+  std::vector<std::byte> hdr, data, whole;
+};
+inline HdrMsg hdr_message(uint64_t i, size_t len) {
+  HdrMsg m{pattern(16, 2 * i), pattern(len, 2 * i + 1), {}};
+  m.whole = m.hdr;
+  m.whole.insert(m.whole.end(), m.data.begin(), m.data.end());
+  return m;
+}
+
 // Index of the first byte that differs from the pattern, or SIZE_MAX.
 inline size_t check_pattern(const std::byte* p, size_t n, uint64_t seed) {
   std::byte block[8];
@@ -478,6 +491,33 @@ class TransportHarness : public ::testing::Test {
   Side* a_ = nullptr;
   Side* b_ = nullptr;
   std::unique_ptr<Endpoint> ab_;
+};
+
+// tcp, shm, and shm with a small ring: PairedPaths' parameters, and the
+// test name of one.
+inline std::vector<TransportKind> paired_path_kinds() {
+  return {TransportKind{"tcp", &make_tcp}, TransportKind{"shm", &make_shm, &shm_peer},
+          TransportKind{"shm_small_ring", &make_shm_small_ring, &shm_peer, true}};
+}
+inline std::string kind_name(const ::testing::TestParamInfo<TransportKind>& info) {
+  return info.param.name;
+}
+
+// A pair (1 connected to 2) on each transport of the host build, with the
+// short and express paths at hand for HdrMsg messages.
+class PairedPaths : public TransportHarness, public ::testing::WithParamInterface<TransportKind> {
+ protected:
+  using Msg = HdrMsg;
+  PairedPaths() : TransportHarness(GetParam().make, GetParam().peer) {}
+  void SetUp() override { set_up_pair(); }
+  bool is_shm() const { return std::string(GetParam().name).starts_with("shm"); }
+  static Msg message(uint64_t i, size_t len) { return hdr_message(i, len); }
+  bool post_short(const Msg& m) {
+    return ab_->post_short(m.hdr.data(), m.hdr.size(), m.data.data(), m.data.size());
+  }
+  bool post_express(const Msg& m) {
+    return ab_->post_express(m.hdr.data(), m.hdr.size(), m.data.data(), m.data.size());
+  }
 };
 
 }  // namespace lt::transport::test
