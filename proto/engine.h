@@ -341,11 +341,8 @@ class Engine {
   }
   Status endpoint_slow(NodeId p, Deadline d, EndpointRef* out);
   Status connect_peer(NodeId p, Deadline d, EndpointRef* out);
-  // more: another post to `p` is sure to follow soon (see rpc_async), so a
-  // stream transport may hold this one for the same system call. express:
-  // the message keeps no order with this node's other messages to `p` but
-  // the calling thread's own (an RPC call or reply), and may take the
-  // transport's lane for such messages (Endpoint::post_express).
+  // more: another post to `p` follows soon (rpc_async), so it may be held. express: an RPC
+  // call or reply, which may pass other threads' messages (Endpoint::post_express).
   Status send(NodeId p, const void* hdr, size_t hlen, const void* data, size_t dlen, Deadline d,
               bool reply, bool more = false, bool express = false);
   // The same on an endpoint the caller holds (an EndpointRef of its own).
