@@ -4,9 +4,27 @@
 set -uo pipefail
 BUILD=${1:?usage: in_guest.sh BUILD}
 failed=0
+# A step that fails names itself, how it ended (a signal, for a crash), the
+# tests that failed and, when the binary died inside one, that test and its
+# last lines: what a summary of the log keeps.
 step() {
   echo "== $*"
-  "$@" || { echo "FAILED: $*"; failed=1; }
+  local log rc sig=
+  log=$(mktemp)
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  if ((rc != 0)); then
+    ((rc > 128)) && sig=", signal $(kill -l $((rc - 128)) 2> /dev/null)"
+    echo "FAILED: $* (exit $rc$sig)"
+    grep -E '^\[  FAILED  \] [^ ]+\.[^ ]+' "$log" | grep -v ' listed below' |
+      awk '!seen[$0]++ {print "FAILED:", $0}'
+    awk '/^\[ RUN      \]/ {run = $0} /^\[ +(OK|FAILED|SKIPPED) +\]/ {run = ""}
+         END {if (run != "") print "FAILED: it ended inside " run}' "$log"
+    # A crash's own words (a failed check, a hang guard) are its last lines.
+    ((rc > 128)) && tail -n 6 "$log" | sed 's/^/FAILED: | /'
+    failed=1
+  fi
+  rm -f "$log"
 }
 
 step "$BUILD/tests/rdma/rdma_verbs_test"
