@@ -56,11 +56,10 @@ Result<size_t> Gather::add(std::span<const WorkRequest> wrs, uint32_t max_msg) {
   return count;
 }
 
-std::string Gather::copy_from(size_t skip) const {
-  std::string out;
-  out.reserve(total - std::min(skip, total));
-  append_to(&out, skip);
-  return out;
+std::string Gather::copy_from(size_t skip, std::string buf) const {
+  buf.reserve(total - std::min(skip, total));
+  append_to(&buf, skip);
+  return buf;
 }
 
 void Gather::append_to(std::string* out, size_t skip) const {
@@ -84,20 +83,24 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   const bool defer = wrs[0].flags & kWrDeferred;
   const bool must_queue = wrs[0].flags & kWrMustQueue;
   const bool cork = defer || (g.more && g.total <= kCorkFrameMax);
-  // A large deferred post is always queued: it is copied before the lock,
-  // so that its poster, preempted mid-copy (it runs idle), holds no lock
-  // that another thread's post would wait on. Back-pressure is asked first,
-  // so a refused post copies nothing.
+  // A large post that will be queued is copied before the lock, so that no
+  // other poster waits on a copy (or on the allocation's system call) and a
+  // deferred poster, preempted mid-copy (it runs idle), holds no lock. A
+  // deferred post is always queued; another when someone sends already (a
+  // guess: if the socket frees up meanwhile, the copy goes unused).
+  // Back-pressure is asked first, so a refused post copies nothing.
   std::string copy;
-  if (defer && g.total > kCorkFrameMax) {
-    if (over_queue_limit(must_queue)) return size_t{0};
-    copy = g.copy_from(0);
+  if (g.total > kCorkFrameMax) {
+    bool busy = false;
+    if (over_queue_limit(must_queue, &busy)) return size_t{0};
+    if (defer || busy) copy = copy_out(g, 0);
   }
   for (;;) {
     switch (queue_or_claim(g, cork, defer, must_queue, copy.empty() ? nullptr : &copy)) {
       case Claim::kQueued:
         return g.count;
       case Claim::kRefused:
+        spares_.give(&copy);
         return size_t{0};  // back-pressure
       case Claim::kDrain:
         drain();  // the held batch, these frames last
@@ -105,7 +108,10 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
       case Claim::kSend:
         break;
     }
-    if (!corked_.load(std::memory_order_relaxed)) break;
+    if (!corked_.load(std::memory_order_relaxed)) {
+      spares_.give(&copy);  // not needed after all
+      break;
+    }
     // Corked frames are waiting (we hold the sending role): they go first.
     corked_.store(false, std::memory_order_relaxed);
     drain();  // gives the sending role back; then try again for our frames
@@ -122,7 +128,7 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
     n = 0;
   }
   if (static_cast<size_t>(n) < g.total) {
-    std::string rest = g.copy_from(static_cast<size_t>(n));
+    std::string rest = copy_out(g, static_cast<size_t>(n));
     std::lock_guard<std::mutex> lock(mu_);
     queued_ += rest.size();
     outq_.push_front(std::move(rest));
@@ -156,7 +162,7 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool mu
     }
     if (sending_ || (!outq_.empty() && !corked_)) {
       // Someone sends (or EPOLLOUT will): queue a copy.
-      outq_.push_back(copy != nullptr ? std::move(*copy) : g.copy_from(0));
+      outq_.push_back(copy != nullptr ? std::move(*copy) : copy_out(g, 0));
       queued_ += g.total;
       return Claim::kQueued;
     }
@@ -199,8 +205,11 @@ void Conn::hold(const Gather& g, std::string* copy) {
   g.append_to(&outq_.back());
 }
 
-bool Conn::over_queue_limit(bool must_queue) {
+// Back-pressure for a large post; *busy: someone sends, so the post will
+// most likely be queued.
+bool Conn::over_queue_limit(bool must_queue, bool* busy) {
   std::lock_guard<std::mutex> lock(mu_);
+  *busy = sending_ || (!outq_.empty() && !corked_);
   return !must_queue && queued_ > t_->config_.max_queued_bytes;
 }
 
@@ -268,24 +277,33 @@ void Conn::drain() {
       sending_ = false;
       return;
     }
-    std::lock_guard<std::mutex> g(mu_);
-    size_t left = static_cast<size_t>(n);
-    queued_ -= left;
-    while (left > 0) {
-      size_t avail = outq_.front().size() - out_off_;
-      if (avail <= left) {
-        left -= avail;
-        // A held batch's buffer is kept for the next one.
-        if (outq_.front().capacity() >= kCorkHoldMax && spare_.capacity() < kCorkHoldMax) {
-          spare_ = std::move(outq_.front());
+    // Sent buffers are kept or freed after the lock (a large one's free is
+    // a system call); at most one per iovec was sent.
+    std::string sent[kMaxIov];
+    size_t nsent = 0;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      size_t left = static_cast<size_t>(n);
+      queued_ -= left;
+      while (left > 0) {
+        size_t avail = outq_.front().size() - out_off_;
+        if (avail <= left) {
+          left -= avail;
+          // A held batch's buffer is kept for the next one.
+          if (outq_.front().capacity() >= kCorkHoldMax && spare_.capacity() < kCorkHoldMax) {
+            spare_ = std::move(outq_.front());
+          } else {
+            sent[nsent++] = std::move(outq_.front());
+          }
+          outq_.pop_front();
+          out_off_ = 0;
+        } else {
+          out_off_ += left;
+          left = 0;
         }
-        outq_.pop_front();
-        out_off_ = 0;
-      } else {
-        out_off_ += left;
-        left = 0;
       }
     }
+    for (size_t i = 0; i < nsent; ++i) spares_.give(&sent[i]);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -17,6 +18,7 @@
 #include "common/net.h"
 #include "common/time.h"
 #include "common/wire.h"
+#include "transport/tcp/spare_buffers.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace lt::transport::tcp {
@@ -42,8 +44,9 @@ struct Gather {
   size_t count = 0, total = 0;
   bool more = true;  // every request gathered has kWrMore
   Result<size_t> add(std::span<const WorkRequest> wrs, uint32_t max_msg);
-  /// The gathered bytes after the first `skip`, copied (for the queue).
-  std::string copy_from(size_t skip) const;
+  /// The gathered bytes after the first `skip`, copied (for the queue) into
+  /// `buf` (a kept buffer, or an empty string).
+  std::string copy_from(size_t skip, std::string buf = {}) const;
   void append_to(std::string* out, size_t skip = 0) const;
 };
 
@@ -99,7 +102,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Result<size_t> post_frames(std::span<const WorkRequest> wrs);
   enum class Claim : uint8_t { kQueued, kRefused, kSend, kDrain };
   Claim queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue, std::string* copy);
-  bool over_queue_limit(bool must_queue);
+  bool over_queue_limit(bool must_queue, bool* busy);
+  /// g's bytes after `skip`, copied for the queue (a large copy into a kept buffer).
+  std::string copy_out(const Gather& g, size_t skip) {
+    const size_t n = g.total - std::min(skip, g.total);
+    return g.copy_from(skip, spares_.take(n));
+  }
   void drain();  // caller holds the sending role
   void hold(const Gather& g, std::string* copy = nullptr);
   ssize_t send_iov(const iovec* iov, int n) {
@@ -121,6 +129,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // flush_cork) takes the sending role and drains them first.
   std::atomic<bool> corked_{false};  // written under mu_; read by the sending role
   bool cork_listed_ = false;         // in the transport's corked_ list
+  SpareBuffers spares_;              // its own lock; taken under mu_, never the other way round
 };
 
 using TcpEndpoint = ConnEndpoint<Conn>;
