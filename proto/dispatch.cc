@@ -14,6 +14,10 @@ void Engine::handle(const Completion& c) {
     peer_gone(c.peer, false);
     return;
   }
+  if (c.kind == CqKind::kSendDone) {
+    sent_by_ref(c.wr_id, c.status);  // msg/rndv.cc: only those are signaled
+    return;
+  }
   if (c.kind != CqKind::kRecv) return;
   // A node new in its slot (its hello named it; the membership may not have
   // told us yet) takes the slot over; one older than the slot's holder is

@@ -71,6 +71,10 @@ struct Caps {  // read once per peer; values the device granted
   /// sender's buffer while the sender writes the first (two CPUs copy at
   /// once; shm.split_min_bytes). 0: never split.
   uint64_t split_min_bytes = 0;
+  /// Posts honour kWrByRef (tcp): a large write the socket cannot take now
+  /// is sent later from the caller's memory, not copied, and reported by a
+  /// kSendDone when sent. Worth it above a few tens of KiB.
+  bool send_by_ref = false;
   /// A one-sided op with an rkey this transport never issued (or of freed
   /// memory), or without the rights the region was made with, is refused at
   /// post (kBadHandle, kPerm) and the connection stays (shm: the rkey names
@@ -180,6 +184,14 @@ inline constexpr uint64_t kGuardFreshNs = 100'000'000;
 // post), and sends them at its next flush(): the poster must see that the
 // poller makes a pass soon. Honoured where Caps::gathers, ignored elsewhere.
 inline constexpr uint8_t kWrDeferred = 16;
+// WorkRequest::flags, with kWrSignaled, where Caps::send_by_ref: the sges
+// stay unchanged and mapped until this request's kSendDone, so bytes the
+// socket cannot take now are queued by reference instead of copied. The
+// kSendDone then comes once its last byte left (a failure: when the
+// connection broke, a kPeerLost at once). Post at most one such signaled
+// request per post; others in the post are reported with it. Ignored where
+// the transport has no send_by_ref (the request is reported as usual).
+inline constexpr uint8_t kWrByRef = 32;
 inline constexpr int kMaxSge = 2;
 
 /// Trivially copyable, preallocated by the caller. By op:

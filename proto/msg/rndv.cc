@@ -106,6 +106,11 @@ void Engine::start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, 
   }
 }
 
+// Placement writes at least this large go by reference where the transport
+// can (Caps::send_by_ref): below it the copy costs less than the completion
+// that sending by reference adds.
+constexpr uint64_t kByRefMinBytes = 64 * 1024;
+
 // The receiver is ready: send the rendezvous data, complete our send.
 void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   auto q = load<MsgPull>(b);
@@ -134,8 +139,21 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
   bool sent = false;
   if (q.dst_rkey != 0) {
     // Single copy: write into the receiver's buffer, then say so (the
-    // transport delivers MsgPlaced after the written bytes).
-    s = place_write(from, r, q, split ? std::min(q.head_len, r->out_len) : r->out_len, &sent);
+    // transport delivers MsgPlaced after the written bytes). Where the
+    // transport sends from our buffer rather than copy what the socket
+    // cannot take now (Caps::send_by_ref), the send rests in PLACING until
+    // it says the bytes left (sent_by_ref), as a split's does.
+    const uint64_t bytes = split ? std::min(q.head_len, r->out_len) : r->out_len;
+    const bool by_ref = !split && bytes >= kByRefMinBytes && sends_by_ref(from);
+    if (by_ref) r->word.store(req_word(gen, kStPlacing), std::memory_order_release);
+    s = place_write(from, r, q, bytes, by_ref ? h.req_id : 0, &sent);
+    if (by_ref && (!sent || !s.is_ok())) {
+      // Nothing went (the request is ours again), or the write went and its
+      // notice did not: the connection is broken and the send fails now.
+      if (!r->move(gen, kStPlacing, kStClaimed)) return;  // a peer-loss sweep ended it
+    } else if (by_ref) {
+      return;
+    }
     // Refused (a ptrace policy may forbid cross-memory attach): send the bytes.
     if (!sent && s.code() != Code::kPeerDown) {
       LT_DEBUG("placement to node %u refused (%s); sending the data", from, s.text());
@@ -150,11 +168,27 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
   finish(r, s);
 }
 
+// A send posted by reference was sent (or its connection broke): it ends.
+void Engine::sent_by_ref(ReqId id, Status s) {
+  Request* r = client_.requests.slot(id);
+  if (r != nullptr && r->move(req_gen(id), kStPlacing, kStClaimed)) finish(r, s);
+}
+
+bool Engine::sends_by_ref(NodeId to) const {
+  transport::Transport* t = peers_.via(to);
+  return t != nullptr && t->caps().send_by_ref;
+}
+
 // The sender's side of placement: one kWrite of the message into the
 // receiver's registered buffer and its MsgPlaced, posted together (one
 // system call on tcp, and the notice rides in the write's last segment).
-// *wrote: the write went, so the send's outcome is this status.
-Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, uint64_t bytes, bool* wrote) {
+// *wrote: the write went, so the send's outcome is this status. by_ref_id:
+// post the write by reference, reported to sent_by_ref with this id (0: no).
+// A peer-loss sweep may end such a send while the transport still points at
+// its buffer; the connection is broken by then, so at most the kernel reads
+// memory the caller reused, for a socket nobody reads.
+Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, uint64_t bytes, ReqId by_ref_id,
+                           bool* wrote) {
   if (bytes > UINT32_MAX) return Code::kInvalidArg;
   EndpointRef ep;
   Deadline d = default_deadline();
@@ -167,6 +201,10 @@ Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, uint64_t byt
   wrs[0].num_sge = 1;
   wrs[0].sge[0] = {r->send_buf, static_cast<uint32_t>(bytes), 0};
   wrs[0].remote = {q.dst_addr, q.dst_rkey};
+  if (by_ref_id != 0) {
+    wrs[0].flags |= transport::kWrSignaled | transport::kWrByRef;
+    wrs[0].wr_id = by_ref_id;
+  }
   wrs[1].op = transport::Op::kSend;
   wrs[1].flags = transport::kWrMustQueue;
   wrs[1].num_sge = 1;

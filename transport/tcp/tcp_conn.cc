@@ -32,6 +32,16 @@ Result<size_t> Gather::add(std::span<const WorkRequest> wrs, uint32_t max_msg) {
       if (count == 0) return refused;
       break;
     }
+    // A post sent by reference reports one signaled request, when it is
+    // all sent: a second one starts the next post.
+    const bool wr_signaled = wr.flags & kWrSignaled;
+    const bool wr_by_ref = wr_signaled && (wr.flags & kWrByRef);
+    if (count != 0 && (by_ref || wr_by_ref) && signaled && wr_signaled) break;
+    by_ref = by_ref || wr_by_ref;
+    if (wr_signaled) {
+      signaled = true;
+      done_id = wr.wr_id;
+    }
     if (wr.op == Op::kWrite) {
       // Header, descriptor, then the bytes; the receiver places them.
       hdrs[count] = wire::make_frame(wire::FrameKind::kWrite, static_cast<uint32_t>(kDesc + len));
@@ -47,6 +57,7 @@ Result<size_t> Gather::add(std::span<const WorkRequest> wrs, uint32_t max_msg) {
     }
     for (int i = 0; i < wr.num_sge; ++i) {
       if (wr.sge[i].len == 0) continue;
+      ref_iov[niov] = wr_by_ref && wr.sge[i].len >= kByRefMin;
       iov[niov++] = {const_cast<std::byte*>(wr.sge[i].addr), wr.sge[i].len};
     }
     total += kHdr + len;
@@ -74,7 +85,7 @@ void Gather::append_to(std::string* out, size_t skip) const {
   }
 }
 
-Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
+Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs, bool* owed) {
   if (dead_.load(std::memory_order_acquire)) return Code::kPeerDown;
   if (wrs.empty()) return size_t{0};
   Gather g;
@@ -88,21 +99,24 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
   // deferred poster, preempted mid-copy (it runs idle), holds no lock. A
   // deferred post is always queued; another when someone sends already (a
   // guess: if the socket frees up meanwhile, the copy goes unused).
-  // Back-pressure is asked first, so a refused post copies nothing.
+  // Back-pressure is asked first, so a refused post copies nothing. A post
+  // by reference (kWrByRef) is never copied whole.
   std::string copy;
   if (g.total > kCorkFrameMax) {
     bool busy = false;
     if (over_queue_limit(must_queue, &busy)) return size_t{0};
-    if (defer || busy) copy = copy_out(g, 0);
+    if ((defer || busy) && !g.by_ref) copy = copy_out(g, 0);
   }
   for (;;) {
     switch (queue_or_claim(g, cork, defer, must_queue, copy.empty() ? nullptr : &copy)) {
       case Claim::kQueued:
+        *owed = g.by_ref;
         return g.count;
       case Claim::kRefused:
         spares_.give(&copy);
         return size_t{0};  // back-pressure
       case Claim::kDrain:
+        *owed = g.by_ref;
         drain();  // the held batch, these frames last
         return g.count;
       case Claim::kSend:
@@ -128,11 +142,20 @@ Result<size_t> Conn::post_frames(std::span<const WorkRequest> wrs) {
     n = 0;
   }
   if (static_cast<size_t>(n) < g.total) {
-    std::string rest = copy_out(g, static_cast<size_t>(n));
-    std::lock_guard<std::mutex> lock(mu_);
-    queued_ += rest.size();
-    outq_.push_front(std::move(rest));
-    out_off_ = 0;
+    const auto sent = static_cast<size_t>(n);
+    if (g.by_ref) {
+      *owed = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_by_ref(g, sent, true);
+      queued_ += g.total - sent;
+      out_off_ = 0;
+    } else {
+      std::string rest = copy_out(g, sent);
+      std::lock_guard<std::mutex> lock(mu_);
+      queued_ += rest.size();
+      outq_.push_front(std::move(rest));
+      out_off_ = 0;
+    }
   }
   drain();
   return g.count;
@@ -161,8 +184,12 @@ Conn::Claim Conn::queue_or_claim(const Gather& g, bool cork, bool defer, bool mu
       return Claim::kDrain;
     }
     if (sending_ || (!outq_.empty() && !corked_)) {
-      // Someone sends (or EPOLLOUT will): queue a copy.
-      outq_.push_back(copy != nullptr ? std::move(*copy) : copy_out(g, 0));
+      // Someone sends (or EPOLLOUT will): queue a copy (or references).
+      if (g.by_ref) {
+        queue_by_ref(g, 0, false);
+      } else {
+        outq_.push_back(copy != nullptr ? std::move(*copy) : copy_out(g, 0));
+      }
       queued_ += g.total;
       return Claim::kQueued;
     }
@@ -196,13 +223,50 @@ void Conn::hold(const Gather& g, std::string* copy) {
     outq_.push_back(std::move(*copy));
     return;
   }
-  if (!corked_ || outq_.empty() || outq_.back().size() + g.total > outq_.back().capacity()) {
+  if (g.by_ref) {
+    queue_by_ref(g, 0, false);
+    return;
+  }
+  if (!corked_ || outq_.empty() || outq_.back().ref != nullptr || outq_.back().owes ||
+      outq_.back().own.size() + g.total > outq_.back().own.capacity()) {
     std::string b = std::move(spare_);
     b.clear();
     b.reserve(std::max(kCorkHoldMax, g.total));
     outq_.push_back(std::move(b));
   }
-  g.append_to(&outq_.back());
+  g.append_to(&outq_.back().own);
+}
+
+// The large sges of a post by reference go into the queue as pointers; the
+// frame headers and small sges between them as copies. The last entry owes
+// the post's kSendDone.
+void Conn::queue_by_ref(const Gather& g, size_t skip, bool front) {
+  Queued items[kMaxPostBatch * (2 + kMaxSge)];
+  size_t k = 0;
+  for (int i = 0; i < g.niov; ++i) {
+    const size_t l = g.iov[i].iov_len;
+    if (skip >= l) {
+      skip -= l;
+      continue;
+    }
+    const auto* p = static_cast<const std::byte*>(g.iov[i].iov_base) + skip;
+    if (g.ref_iov[i]) {
+      items[k].ref = p;
+      items[k++].ref_len = l - skip;
+    } else {
+      if (k == 0 || items[k - 1].ref != nullptr) ++k;
+      items[k - 1].own.append(reinterpret_cast<const char*>(p), l - skip);
+    }
+    skip = 0;
+  }
+  if (k == 0) return;
+  items[k - 1].owes = true;
+  items[k - 1].done_id = g.done_id;
+  if (front) {
+    for (size_t i = k; i-- > 0;) outq_.push_front(std::move(items[i]));
+  } else {
+    for (size_t i = 0; i < k; ++i) outq_.push_back(std::move(items[i]));
+  }
 }
 
 // Back-pressure for a large post; *busy: someone sends, so the post will
@@ -225,23 +289,39 @@ void Conn::flush_cork() {
 }
 
 Result<size_t> Conn::post(std::span<const WorkRequest> wrs) {
-  auto r = post_frames(wrs);
-  if (r.is_ok()) {
+  bool owed = false;
+  auto r = post_frames(wrs, &owed);
+  if (r.is_ok() && !owed) {
     // Sends complete when posted (the transport owns any unsent bytes), so a
-    // signaled request is reported at once, through the next poll().
+    // signaled request is reported at once, through the next poll(). A post
+    // by reference that was queued is reported by whoever sends its end.
     for (size_t i = 0; i < *r; ++i) {
-      if (wrs[i].flags & kWrSignaled) {
-        Completion c;
-        c.kind = CqKind::kSendDone;
-        c.wr_id = wrs[i].wr_id;
-        c.peer = peer_.load(std::memory_order_relaxed);
-        std::lock_guard<std::mutex> g(t_->done_mu_);
-        t_->send_done_.push_back(c);
-        t_->done_count_.fetch_add(1, std::memory_order_release);
-      }
+      if (wrs[i].flags & kWrSignaled) t_->report_done(wrs[i].wr_id, peer_.load(), Code::kOk, false);
     }
   }
   return r;
+}
+
+void Conn::fail_owed() {
+  uint64_t ids[64];
+  size_t n = 0;
+  for (bool more = true; more;) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      more = false;
+      for (Queued& q : outq_) {
+        if (!q.owes) continue;
+        if (n == std::size(ids)) {
+          more = true;
+          break;
+        }
+        q.owes = false;
+        ids[n++] = q.done_id;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) t_->report_done(ids[i], peer_.load(), Code::kPeerDown, true);
+    n = 0;
+  }
 }
 
 void Conn::drain() {
@@ -258,7 +338,7 @@ void Conn::drain() {
       size_t off = out_off_;
       for (auto& s : outq_) {
         if (niov == kMaxIov) break;
-        iov[niov++] = {s.data() + off, s.size() - off};
+        iov[niov++] = {const_cast<char*>(s.data()) + off, s.size() - off};
         off = 0;
       }
     }
@@ -278,9 +358,11 @@ void Conn::drain() {
       return;
     }
     // Sent buffers are kept or freed after the lock (a large one's free is
-    // a system call); at most one per iovec was sent.
+    // a system call), and the kSendDone a post by reference owes reported;
+    // at most one per iovec was sent.
     std::string sent[kMaxIov];
-    size_t nsent = 0;
+    uint64_t done[kMaxIov];
+    size_t nsent = 0, ndone = 0;
     {
       std::lock_guard<std::mutex> g(mu_);
       size_t left = static_cast<size_t>(n);
@@ -289,11 +371,13 @@ void Conn::drain() {
         size_t avail = outq_.front().size() - out_off_;
         if (avail <= left) {
           left -= avail;
+          Queued& q = outq_.front();
+          if (q.owes) done[ndone++] = q.done_id;
           // A held batch's buffer is kept for the next one.
-          if (outq_.front().capacity() >= kCorkHoldMax && spare_.capacity() < kCorkHoldMax) {
-            spare_ = std::move(outq_.front());
-          } else {
-            sent[nsent++] = std::move(outq_.front());
+          if (q.own.capacity() >= kCorkHoldMax && spare_.capacity() < kCorkHoldMax) {
+            spare_ = std::move(q.own);
+          } else if (q.ref == nullptr) {
+            sent[nsent++] = std::move(q.own);
           }
           outq_.pop_front();
           out_off_ = 0;
@@ -304,6 +388,7 @@ void Conn::drain() {
       }
     }
     for (size_t i = 0; i < nsent; ++i) spares_.give(&sent[i]);
+    for (size_t i = 0; i < ndone; ++i) t_->report_done(done[i], peer_.load(), Code::kOk, true);
   }
 }
 

@@ -33,6 +33,24 @@ inline constexpr size_t kCorkFrameMax = 16 * 1024;   // larger posts go out at o
 inline constexpr size_t kCorkHoldMax = 16 * 1024;    // a held batch that would pass this goes
 inline constexpr size_t kMaxRecv = 256 * 1024;       // bytes one recv() asks for
 inline constexpr size_t kMaxReadPerPoll = 4u << 20;  // bytes read per connection per poll
+inline constexpr size_t kByRefMin = 4096;            // smaller kWrByRef sges are copied
+
+// One entry of the send queue: bytes it owns, or bytes of a kWrByRef post
+// in the poster's memory, which it only points at. `owes`: the post's
+// kSendDone (done_id) is reported once this entry, its last, is sent.
+struct Queued {
+  std::string own;
+  const std::byte* ref = nullptr;
+  size_t ref_len = 0;
+  bool owes = false;
+  uint64_t done_id = 0;
+  Queued() = default;
+  Queued(std::string s) : own(std::move(s)) {}  // NOLINT: a copy queued as it is
+  const char* data() const {
+    return ref != nullptr ? reinterpret_cast<const char*>(ref) : own.data();
+  }
+  size_t size() const { return ref != nullptr ? ref_len : own.size(); }
+};
 
 // The frames of one post, gathered for one writev: each request's header
 // (and a kWrite's descriptor) before its sges.
@@ -43,6 +61,12 @@ struct Gather {
   int niov = 0;
   size_t count = 0, total = 0;
   bool more = true;  // every request gathered has kWrMore
+  // kWrByRef (with kWrSignaled): iovs that may be sent from where they are
+  // (ref_iov), and the post's one signaled request (done_id).
+  bool by_ref = false;
+  bool signaled = false;
+  uint64_t done_id = 0;
+  bool ref_iov[kMaxPostBatch * (2 + kMaxSge)] = {};
   Result<size_t> add(std::span<const WorkRequest> wrs, uint32_t max_msg);
   /// The gathered bytes after the first `skip`, copied (for the queue) into
   /// `buf` (a kept buffer, or an empty string).
@@ -52,14 +76,17 @@ struct Gather {
 
 // One socket to one peer. The send side is used by any thread; the receive
 // side only by the poller. Whoever holds `sending_` is the only writer of the
-// socket; everyone else appends copies to `outq_`, so a lock is never held
-// across a system call and frames never interleave.
+// socket; everyone else appends copies to `outq_` (or, for kWrByRef posts,
+// references), so a lock is never held across a system call and frames never
+// interleave.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(TcpTransport* t, net::Fd fd, NodeId peer, bool hello_done)
       : t_(t), fd_(std::move(fd)), peer_(peer), hello_done_(hello_done) {}
 
   Result<size_t> post(std::span<const WorkRequest> wrs);
+  /// A broken connection's kWrByRef posts still queued: reported failed.
+  void fail_owed();
   void on_writable();
   void flush_cork();
   uint64_t created_ns_ = now_ns();
@@ -99,7 +126,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
   size_t rx_begin_ = 0, rx_end_ = 0;
 
  private:
-  Result<size_t> post_frames(std::span<const WorkRequest> wrs);
+  // *owed: the post's kSendDone is reported when its bytes are sent, not now.
+  Result<size_t> post_frames(std::span<const WorkRequest> wrs, bool* owed);
+  // g's bytes after `skip` queued by reference (the kWrByRef sges) and as
+  // small copies (the rest), in front of the queue or behind it (mu_ held).
+  void queue_by_ref(const Gather& g, size_t skip, bool front);
   enum class Claim : uint8_t { kQueued, kRefused, kSend, kDrain };
   Claim queue_or_claim(const Gather& g, bool cork, bool defer, bool must_queue, std::string* copy);
   bool over_queue_limit(bool must_queue, bool* busy);
@@ -120,7 +151,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::mutex mu_;  // guards the fields below; never held across a syscall
   bool sending_ = false;
   bool retry_ = false;  // EPOLLOUT seen while another thread was sending
-  std::deque<std::string> outq_;
+  std::deque<Queued> outq_;
   std::string spare_;  // a sent held batch's buffer, for the next one
   size_t out_off_ = 0;
   size_t queued_ = 0;

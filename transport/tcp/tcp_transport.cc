@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -42,8 +43,9 @@ TcpTransport::TcpTransport(const TcpConfig& config) : config_(config) {
   caps_.write_imm = true;  // carried as a frame field
   caps_.atomics64 = false;
   caps_.needs_registration = false;
-  caps_.gathers = true;    // held frames go out in one writev
-  caps_.placement = true;  // kWrite into register_memory() regions
+  caps_.gathers = true;      // held frames go out in one writev
+  caps_.placement = true;    // kWrite into register_memory() regions
+  caps_.send_by_ref = true;  // kWrByRef: queued large writes are not copied
   caps_.max_inline = 0;
   caps_.max_msg = config.max_msg_bytes;
   caps_.eager_max = config.eager_max_bytes;
@@ -70,6 +72,10 @@ Status TcpTransport::init() {
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;
   if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) return Code::kSys;
+  bell_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!bell_.valid()) return Code::kSys;
+  ev.data.ptr = &bell_;
+  if (epoll_ctl(epfd_.get(), EPOLL_CTL_ADD, bell_.get(), &ev) != 0) return Code::kSys;
   if (!config_.advertise.empty()) {
     address_ = config_.advertise.find(':') == std::string::npos
                    ? config_.advertise + ":" + std::to_string(ntohs(bound.sin_port))
@@ -236,6 +242,7 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
   }
   epoll_ctl(epfd_.get(), EPOLL_CTL_DEL, c->fd_.get(), nullptr);
   c->mark_dead();
+  c->fail_owed();
   c->in_ready_ = false;
   c->place_reg_.reset();
   c->place_left_ = 0;
@@ -298,6 +305,11 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   epoll_event evs[64];
   int k = epoll_wait(epfd_.get(), evs, 64, 0);
   for (int i = 0; i < k; ++i) {
+    if (evs[i].data.ptr == &bell_) {  // send_done_ was taken above
+      bell_rung_.store(false, std::memory_order_relaxed);
+      net::drain_eventfd(bell_.get());
+      continue;
+    }
     auto* c = static_cast<Conn*>(evs[i].data.ptr);
     if (c == nullptr) {
       accept_all();
@@ -310,6 +322,20 @@ size_t TcpTransport::poll(std::span<Completion> out) {
     }
   }
   return settle(read_ready(out, n));
+}
+
+void TcpTransport::report_done(uint64_t wr_id, NodeId peer, Code status, bool wake) {
+  Completion c;
+  c.kind = CqKind::kSendDone;
+  c.wr_id = wr_id;
+  c.peer = peer;
+  c.status = status;
+  {
+    std::lock_guard<std::mutex> g(done_mu_);
+    send_done_.push_back(c);
+    done_count_.fetch_add(1, std::memory_order_release);
+  }
+  if (wake && !bell_rung_.exchange(true, std::memory_order_acq_rel)) net::ring_eventfd(bell_.get());
 }
 
 size_t TcpTransport::settle(size_t n) {

@@ -168,6 +168,12 @@ class TcpTransport final : public Transport {
   std::mutex done_mu_;  // signaled sends, reported by poll()
   std::deque<Completion> send_done_;
   std::atomic<size_t> done_count_{0};  // entries in send_done_, read without the lock
+  /// A kSendDone for poll(); `wake`: from a thread that may not be the
+  /// poller (a post by reference sent by whoever drains), so a poller asleep
+  /// on wait_fd() is woken through bell_.
+  void report_done(uint64_t wr_id, NodeId peer, Code status, bool wake);
+  net::Fd bell_;  // eventfd in epfd_: kSendDone waiting
+  std::atomic<bool> bell_rung_{false};
 };
 
 }  // namespace lt::transport::tcp
