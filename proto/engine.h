@@ -499,8 +499,8 @@ class Engine {
   void start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, uint64_t len,
                   RndvSrc src);
   void serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b);
-  Status place_write(NodeId to, Request* r, const MsgPull& q, uint64_t bytes, ReqId by_ref_id,
-                     bool* wrote);
+  Status place_write(NodeId to, const std::byte* src, uint64_t msg_len, const MsgPull& q,
+                     uint64_t bytes, ReqId by_ref_id, bool* wrote);
   bool sends_by_ref(NodeId to) const;
   void sent_by_ref(ReqId id, Status s);  // a kSendDone
   // Split rendezvous (msg/rndv_split.cc): both ends copy part of a message.

@@ -143,10 +143,14 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
     // transport sends from our buffer rather than copy what the socket
     // cannot take now (Caps::send_by_ref), the send rests in PLACING until
     // it says the bytes left (sent_by_ref), as a split's does.
+    // Once PLACING, a peer-loss sweep may end the send: nothing of the
+    // request is read after that (place_write gets its buffer and length).
     const uint64_t bytes = split ? std::min(q.head_len, r->out_len) : r->out_len;
     const bool by_ref = !split && bytes >= kByRefMinBytes && sends_by_ref(from);
+    const std::byte* src = r->send_buf;
+    const uint64_t msg_len = r->out_len;
     if (by_ref) r->word.store(req_word(gen, kStPlacing), std::memory_order_release);
-    s = place_write(from, r, q, bytes, by_ref ? h.req_id : 0, &sent);
+    s = place_write(from, src, msg_len, q, bytes, by_ref ? h.req_id : 0, &sent);
     if (by_ref && (!sent || !s.is_ok())) {
       // Nothing went (the request is ours again), or the write went and its
       // notice did not: the connection is broken and the send fails now.
@@ -179,27 +183,28 @@ bool Engine::sends_by_ref(NodeId to) const {
   return t != nullptr && t->caps().send_by_ref;
 }
 
-// The sender's side of placement: one kWrite of the message into the
-// receiver's registered buffer and its MsgPlaced, posted together (one
-// system call on tcp, and the notice rides in the write's last segment).
+// The sender's side of placement: one kWrite of the message (`msg_len`
+// bytes at `src`, of which the first `bytes`) into the receiver's registered
+// buffer and its MsgPlaced, posted together (one system call on tcp, and the
+// notice rides in the write's last segment).
 // *wrote: the write went, so the send's outcome is this status. by_ref_id:
 // post the write by reference, reported to sent_by_ref with this id (0: no).
 // A peer-loss sweep may end such a send while the transport still points at
 // its buffer; the connection is broken by then, so at most the kernel reads
 // memory the caller reused, for a socket nobody reads.
-Status Engine::place_write(NodeId to, Request* r, const MsgPull& q, uint64_t bytes, ReqId by_ref_id,
-                           bool* wrote) {
+Status Engine::place_write(NodeId to, const std::byte* src, uint64_t msg_len, const MsgPull& q,
+                           uint64_t bytes, ReqId by_ref_id, bool* wrote) {
   if (bytes > UINT32_MAX) return Code::kInvalidArg;
   EndpointRef ep;
   Deadline d = default_deadline();
   LT_RETURN_IF_ERROR(endpoint(to, d, &ep));
-  MsgPlaced pl{make_header(MsgOp::kMsgPlaced, q.recv_id), r->out_len};
+  MsgPlaced pl{make_header(MsgOp::kMsgPlaced, q.recv_id), msg_len};
   if (credits_.msg_credit_now()) pl.h.flags |= kFlagCreditNow;
   WorkRequest wrs[2];
   wrs[0].op = transport::Op::kWrite;
   wrs[0].flags = transport::kWrMustQueue;
   wrs[0].num_sge = 1;
-  wrs[0].sge[0] = {r->send_buf, static_cast<uint32_t>(bytes), 0};
+  wrs[0].sge[0] = {src, static_cast<uint32_t>(bytes), 0};
   wrs[0].remote = {q.dst_addr, q.dst_rkey};
   if (by_ref_id != 0) {
     wrs[0].flags |= transport::kWrSignaled | transport::kWrByRef;
