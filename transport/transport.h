@@ -205,8 +205,9 @@ inline constexpr int kMaxSge = 2;
 ///    the sges (they are destinations; sum of their lengths is the size).
 ///    With Caps::placement but not one_sided (tcp), kWrite is the only
 ///    one-sided op: it is complete once posted (the sges may be reused, a
-///    signaled one reports kSendDone), produces no completion at the owner,
-///    and its bytes are in place before later messages on the endpoint.
+///    signaled one reports kSendDone; with kWrByRef, not until then),
+///    produces no completion at the owner, and its bytes are in place
+///    before later messages on the endpoint.
 ///  - kFetchAdd (operand) and kCmpSwap (compare, operand): on the 8-byte
 ///    aligned word at `remote`; the old value is written to sge[0] (len >= 8).
 struct WorkRequest {
