@@ -15,7 +15,7 @@ void Engine::handle(const Completion& c) {
     return;
   }
   if (c.kind == CqKind::kSendDone) {
-    sent_by_ref(c.wr_id, c.status);  // msg/rndv.cc: only those are signaled
+    sent_by_ref(c.wr_id, c.status);  // peers.cc: only those are signaled
     return;
   }
   if (c.kind != CqKind::kRecv) return;
@@ -95,10 +95,13 @@ void Engine::serve(NodeId from, const MsgHeader& h, std::span<const std::byte> b
 Request* Engine::claim_for_reply(NodeId from, const MsgHeader& h, bool msg_data) {
   Request* r = client_.requests.slot(h.req_id);
   const uint32_t gen = req_gen(h.req_id);
-  // A message's data may complete a PLACING receive; anything else a
+  // A message's data may complete a PLACING receive, a plain reply a write
+  // still SENDING (its bytes arrived before its kSendDone); anything else a
   // PENDING request. The peer must be the one it was sent to.
+  const bool plain = h.op == static_cast<uint8_t>(MsgOp::kReply);
   bool claimed = r->peer.load() == from && (r->move(gen, kStPending, kStClaimed) ||
-                                            (msg_data && r->move(gen, kStPlacing, kStClaimed)));
+                                            (msg_data && r->move(gen, kStPlacing, kStClaimed)) ||
+                                            (plain && r->move(gen, kStSending, kStClaimed)));
   if (!claimed) {
     late_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;

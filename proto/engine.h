@@ -350,6 +350,8 @@ class Engine {
                  size_t dlen, Deadline d, bool reply, bool more = false, bool express = false);
   Status send_request(Request* r, NodeId p, const void* hdr, size_t hlen, const void* data,
                       size_t dlen, bool more = false, bool express = false);
+  Status send_request_by_ref(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
+                             const void* data, size_t dlen);
   void drop_unsent(Request* r);
   Status post_all(NodeId p, transport::Endpoint* ep, std::span<const transport::WorkRequest> wrs,
                   Deadline d, size_t* posted = nullptr);

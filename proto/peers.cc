@@ -251,12 +251,57 @@ Status Engine::send_request(Request* r, NodeId p, const void* hdr, size_t hlen, 
   return s;
 }
 
+// A request `r` (id `id`, to `p`) whose payload `data` the transport may
+// send from where it is (kWrByRef): the request rests in SENDING until the
+// transport's kSendDone (sent_by_ref) or the reply, whichever comes first,
+// so that it is not withdrawn while the kernel may still read `data`.
+Status Engine::send_request_by_ref(Request* r, ReqId id, NodeId p, const void* hdr, size_t hlen,
+                                   const void* data, size_t dlen) {
+  // Publishes the request's fields with the state (as send_request does).
+  r->word.store(req_word(req_gen(id), kStSending), std::memory_order_release);
+  WorkRequest wr;
+  wr.op = transport::Op::kSend;
+  wr.flags = transport::kWrSignaled | transport::kWrByRef;
+  wr.wr_id = id;
+  wr.num_sge = 2;
+  wr.sge[0] = {static_cast<const std::byte*>(hdr), static_cast<uint32_t>(hlen), 0};
+  wr.sge[1] = {static_cast<const std::byte*>(data), static_cast<uint32_t>(dlen), 0};
+  EndpointRef ep;
+  Deadline d = default_deadline();
+  Status s = endpoint(p, d, &ep);
+  if (s.is_ok()) s = post_all(p, ep.get(), std::span<const WorkRequest>(&wr, 1), d);
+  if (!s.is_ok()) drop_unsent(r);  // not taken: no kSendDone comes
+  return s;
+}
+
+// A post by reference was sent (or its connection broke): a rendezvous
+// send (PLACING) ends; a write (SENDING) now waits for its reply like any
+// request, or ends when its bytes could not go. Either may have been ended
+// already (the reply, a peer-loss sweep): the state tells.
+void Engine::sent_by_ref(ReqId id, Status s) {
+  Request* r = client_.requests.slot(id);
+  if (r == nullptr) return;
+  const uint32_t gen = req_gen(id);
+  if (r->move(gen, kStPlacing, kStClaimed)) return finish(r, s);
+  if (s.is_ok()) {
+    (void)r->move(gen, kStSending, kStPending);
+  } else if (r->move(gen, kStSending, kStClaimed)) {
+    finish(r, s);
+  }
+}
+
+bool Engine::sends_by_ref(NodeId to) const {
+  transport::Transport* t = peers_.via(to);
+  return t != nullptr && t->caps().send_by_ref;
+}
+
 // A request whose message never left: nobody else can complete it. Claims
 // it unless a peer-down sweep already did (then waits for its finish), and
 // frees it.
 void Engine::drop_unsent(Request* r) {
   uint64_t w = r->word.load();
-  if (!(word_state(w) == kStPending &&
+  const uint32_t st = word_state(w);
+  if (!((st == kStPending || st == kStSending) &&
         r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed))) {
     while (!r->done()) cpu_relax();
   }

@@ -8,6 +8,7 @@
 //        -> DONE (status set; the waiter collects it) -> FREE (generation+1)
 //   PENDING -> CANCELLED (timed out; a late reply finds the state changed)
 //   PENDING -> PLACING (a receive whose buffer the sender may be writing)
+//   SENDING -> PENDING (a write whose bytes the transport sent by reference)
 // The id handed out is [generation:32][index:32]: a stale id finds another
 // generation and is refused.
 #pragma once
@@ -40,6 +41,14 @@ inline constexpr uint32_t kStFree = 0, kStPending = 1, kStClaimed = 2, kStDone =
 // cannot be cancelled, only completed by the sender's MsgPlaced/MsgData or
 // failed when the sender is lost.
 inline constexpr uint32_t kStPlacing = 5;
+// A write whose payload the transport sends from the caller's buffer
+// (kWrByRef): it cannot be cancelled until its kSendDone moves it to PENDING
+// (or fails it); the owner's reply may also complete it first.
+inline constexpr uint32_t kStSending = 6;
+// Payloads at least this large go by reference where the transport can
+// (Caps::send_by_ref): below it the copy costs less than the completion that
+// sending by reference adds.
+inline constexpr uint64_t kByRefMinBytes = 64 * 1024;
 
 /// The state word for `gen` and `st`.
 constexpr uint64_t req_word(uint32_t gen, uint32_t st) {
@@ -47,6 +56,10 @@ constexpr uint64_t req_word(uint32_t gen, uint32_t st) {
 }
 constexpr uint32_t word_state(uint64_t w) { return static_cast<uint32_t>(w & 0xff); }
 constexpr uint32_t word_gen(uint64_t w) { return static_cast<uint32_t>(w >> 8); }
+// A state a completer (reply, sweep) may still claim.
+constexpr bool live_state(uint32_t st) {
+  return st == kStPending || st == kStPlacing || st == kStSending;
+}
 
 // The one place request ids are made and taken apart.
 constexpr ReqId make_req_id(uint32_t gen, uint32_t idx) {
@@ -146,11 +159,11 @@ struct Request {
     uint64_t w = word.load(std::memory_order_relaxed);
     word.store((w & ~uint64_t{0xff}) | kStClaimed, std::memory_order_release);  // no locked op
   }
-  /// PENDING or PLACING to CLAIMED; false when someone else completed,
-  /// cancelled or claimed it.
+  /// PENDING, PLACING or SENDING to CLAIMED; false when someone else
+  /// completed, cancelled or claimed it.
   bool claim_if_live() {
     uint64_t w = word.load();
-    return (word_state(w) == kStPending || word_state(w) == kStPlacing) &&
+    return live_state(word_state(w)) &&
            word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed);
   }
   /// The claimed request's last step: its status, DONE, and a wake-up for a

@@ -42,7 +42,7 @@ void Engine::fail_requests_to(NodeId peer, Code c) {
     Request* r = reqs.at(i);
     if (r->peer.load() != peer) continue;
     uint64_t w = r->word.load();
-    if (word_state(w) != kStPending && word_state(w) != kStPlacing) continue;
+    if (!live_state(word_state(w))) continue;
     if (r->word.compare_exchange_strong(w, (w & ~uint64_t{0xff}) | kStClaimed)) {
       if (r->peer.load() == peer) {
         // No reply will return this call's RPC credit.
@@ -319,11 +319,24 @@ Status Engine::test(ReqId id) {
   return collect(r, nullptr);
 }
 
+// How long a timed-out wait on a write still sent by reference waits
+// before it looks at the request again.
+constexpr uint64_t kSendingWaitUs = 1000;
+
 Status Engine::wait_or_cancel(ReqId id, Deadline d, Results* res) {
   Status s = wait_impl(id, d, res);
   if (s.code() != Code::kTimedOut) return s;
   Request* r = lookup(id);
   if (r == nullptr) return s;
+  // A write the transport still sends from the caller's buffer cannot be
+  // withdrawn: wait until its bytes left (or its connection broke), then
+  // cancel it as any other. A handler cannot wait for that (no pass runs).
+  const uint64_t sending = req_word(req_gen(id), kStSending);
+  while (r->word.load(std::memory_order_acquire) == sending &&
+         holder_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+    s = wait_impl(id, Deadline::after_us(kSendingWaitUs), res);
+    if (s.code() != Code::kTimedOut) return s;
+  }
   if (r->move(req_gen(id), kStPending, kStCancelled)) {
     // Nobody can complete it now; a late reply finds the state changed.
     if (r->kind == ReqKind::kRecv || r->kind == ReqKind::kRpcRecv) unpost(r, id);

@@ -106,11 +106,6 @@ void Engine::start_pull(Request* r, ReqId id, NodeId from, uint64_t sender_req, 
   }
 }
 
-// Placement writes at least this large go by reference where the transport
-// can (Caps::send_by_ref): below it the copy costs less than the completion
-// that sending by reference adds.
-constexpr uint64_t kByRefMinBytes = 64 * 1024;
-
 // The receiver is ready: send the rendezvous data, complete our send.
 void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::byte> b) {
   auto q = load<MsgPull>(b);
@@ -170,17 +165,6 @@ void Engine::serve_pull(NodeId from, const MsgHeader& h, std::span<const std::by
   }
   if (split && s.code() != Code::kPeerDown) return end_split_send(r, gen, s);
   finish(r, s);
-}
-
-// A send posted by reference was sent (or its connection broke): it ends.
-void Engine::sent_by_ref(ReqId id, Status s) {
-  Request* r = client_.requests.slot(id);
-  if (r != nullptr && r->move(req_gen(id), kStPlacing, kStClaimed)) finish(r, s);
-}
-
-bool Engine::sends_by_ref(NodeId to) const {
-  transport::Transport* t = peers_.via(to);
-  return t != nullptr && t->caps().send_by_ref;
 }
 
 // The sender's side of placement: one kWrite of the message (`msg_len`

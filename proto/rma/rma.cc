@@ -106,6 +106,13 @@ Result<ReqId> Engine::write_async(LmrHandle h, uint64_t off, const void* buf, ui
   if (len > max_payload_ - sizeof(RangeReq)) return drop_unsent(*r, Code::kInvalidArg);
   (*r)->peer.store(m->owner);
   RangeReq q{make_header(MsgOp::kWriteReq, id), m->ref(), off, len, 0, 0};
+  // A large payload goes from the caller's buffer where the transport can
+  // (tcp): no copy of what the socket cannot take now. Not for a thread
+  // whose posts are deferred: those are queued whole, later.
+  if (len >= kByRefMinBytes && !sched_.defers_posts() && sends_by_ref(m->owner)) {
+    LT_RETURN_IF_ERROR(send_request_by_ref(*r, id, m->owner, &q, sizeof(q), buf, len));
+    return id;
+  }
   LT_RETURN_IF_ERROR(send_request(*r, m->owner, &q, sizeof(q), buf, len));
   return id;
 }

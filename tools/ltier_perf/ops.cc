@@ -211,8 +211,11 @@ void op_rma_bw(const Run& r, bool is_read) {
   const int window = r.window;
   for (uint64_t size : r.sizes) {
     if (size < 65536) continue;
-    // About 256 MiB or 2,000 ops, whichever is fewer; window W in flight.
-    uint64_t total = std::min<uint64_t>(2000, std::max<uint64_t>(200, (256ull << 20) / size));
+    // About 2 GiB per run (within 200 and 20 x iters ops), as send_bw: at
+    // 256 MiB a 1 MiB run over tcp lasted 0.1-0.2 s and its figure moved by
+    // a third between runs. Window W in flight.
+    uint64_t total = std::min<uint64_t>(static_cast<uint64_t>(r.iters) * 20,
+                                        std::max<uint64_t>(200, (2048ull << 20) / size));
     std::vector<lt_req_t> reqs(static_cast<size_t>(window));
     auto t0 = Clock::now();
     uint64_t issued = 0, done = 0;
