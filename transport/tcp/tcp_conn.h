@@ -34,6 +34,7 @@ inline constexpr size_t kCorkHoldMax = 16 * 1024;    // a held batch that would 
 inline constexpr size_t kMaxRecv = 256 * 1024;       // bytes one recv() asks for
 inline constexpr size_t kMaxReadPerPoll = 4u << 20;  // bytes read per connection per poll
 inline constexpr size_t kByRefMin = 4096;            // smaller kWrByRef sges are copied
+inline constexpr size_t kMidFrameMin = 64 * 1024;    // Conn::mid_frame()
 
 // One entry of the send queue: bytes it owns, or bytes of a kWrByRef post
 // in the poster's memory, which it only points at. `owes`: the post's
@@ -124,6 +125,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
     rx_cap_ = n;
   }
   size_t rx_begin_ = 0, rx_end_ = 0;
+  size_t rx_need_ = 0;  // what the current frame wants in rx_ from rx_begin_ (last parse)
+  // At least kMidFrameMin bytes of the current frame are still to come (a
+  // kWrite being placed, or a large frame partly in rx_): a stream of large
+  // frames, whose rest is on its way in more segments.
+  bool mid_frame() const {
+    return place_left_ >= kMidFrameMin || rx_need_ >= rx_end_ - rx_begin_ + kMidFrameMin;
+  }
 
  private:
   // *owed: the post's kSendDone is reported when its bytes are sent, not now.

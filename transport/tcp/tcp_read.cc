@@ -26,6 +26,7 @@ bool TcpTransport::read_conn(Conn* c, std::span<Completion> out, size_t* n) {
     if (ReadStep st = parse_frames(c, out, n, &need); st != ReadStep::kMore) {
       return st == ReadStep::kDone;
     }
+    c->rx_need_ = need;
     if (c->rx_begin_ == c->rx_end_ && !c->pinned_) c->rx_begin_ = c->rx_end_ = 0;
     if (c->place_left_ > 0) continue;
     if (drained) {

@@ -254,6 +254,13 @@ void TcpTransport::close_conn(Conn* c, std::span<Completion> out, size_t* n, con
   }
 }
 
+bool TcpTransport::any_mid_frame(const std::vector<std::shared_ptr<Conn>>& list) {
+  for (const auto& c : list) {
+    if (c->mid_frame()) return true;
+  }
+  return false;
+}
+
 size_t TcpTransport::poll(std::span<Completion> out) {
   size_t n = conns_.take_pending(out, 0);
   if (done_count_.load(std::memory_order_acquire) != 0) {  // no lock on every pass
@@ -288,11 +295,15 @@ size_t TcpTransport::poll(std::span<Completion> out) {
   // instead of asking epoll first: a message is then read with one system
   // call instead of two, and an empty try costs about what epoll_wait(0)
   // does. epoll still runs every kEpollEvery-th poll, for the listener,
-  // EPOLLOUT and sweeps.
+  // EPOLLOUT and sweeps. Not while a connection is in the middle of a large
+  // frame (Conn::mid_frame): each empty recv() takes the socket's lock,
+  // which the sender's segments then wait for or queue behind (its backlog),
+  // and epoll_wait takes none (a 1 MiB stream of writes on a 2-vCPU VM:
+  // 1.5-1.9x with epoll alone; docs/PERF.md).
   const auto& list = conns_.changed() ? conns_.refresh() : conns_.snapshot();
   // (With no connection there is nothing to try: the listener needs epoll.)
   if (!look && !list.empty() && list.size() <= kDirectPollConns &&
-      ++direct_polls_ % kEpollEvery != 0) {
+      ++direct_polls_ % kEpollEvery != 0 && !any_mid_frame(list)) {
     for (auto& sp : list) {
       Conn* c = sp.get();
       if (c->closed_ || c->in_ready_) continue;

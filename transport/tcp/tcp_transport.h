@@ -144,6 +144,7 @@ class TcpTransport final : public Transport {
   static constexpr uint32_t kEpollEvery = 16;
   size_t read_ready(std::span<Completion> out, size_t n);
   size_t settle(size_t n);  // frees closed connections when nothing is lent
+  static bool any_mid_frame(const std::vector<std::shared_ptr<Conn>>& list);
   uint32_t idle_polls_ = 0;
   static constexpr uint32_t kIdlePolls = 1024;  // listener-only: epoll_wait every 1024th poll
   // Set by woken(): the next poll() asks epoll at once, whatever the counters

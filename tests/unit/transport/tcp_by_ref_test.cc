@@ -11,14 +11,6 @@ namespace {
 constexpr size_t kBig = 2u << 20;  // far more than both 64 KiB sockets hold
 constexpr size_t kTail = 64u << 10;
 
-Result<std::unique_ptr<Transport>> make_tcp_small_sockets() {
-  TcpConfig c;
-  c.listen = "127.0.0.1:0";
-  c.max_msg_bytes = kTestMaxMsg;
-  c.sndbuf_bytes = c.rcvbuf_bytes = 64 * 1024;
-  return make_tcp_transport(c);
-}
-
 class TcpByRefTest : public TransportHarness {
  protected:
   TcpByRefTest() : TransportHarness(&make_tcp_small_sockets) {}

@@ -86,6 +86,16 @@ inline Result<std::unique_ptr<Transport>> make_tcp_small_queue() {
   return make_tcp_transport(c);
 }
 
+// Small socket buffers only (the send queue keeps its default bound): a
+// large post or frame crosses over many polls.
+inline Result<std::unique_ptr<Transport>> make_tcp_small_sockets() {
+  TcpConfig c;
+  c.listen = "127.0.0.1:0";
+  c.max_msg_bytes = kTestMaxMsg;
+  c.sndbuf_bytes = c.rcvbuf_bytes = kSmallQueue;
+  return make_tcp_transport(c);
+}
+
 inline Result<std::unique_ptr<Transport>> make_shm() {
   ShmConfig c;
   c.max_msg_bytes = kTestMaxMsg;
