@@ -84,6 +84,14 @@ class TcpTransport final : public Transport {
   void release_rx(std::span<const Completion> done) override;
   int wait_fd() const override { return epfd_.get(); }
   void woken() override { epoll_now_.store(true, std::memory_order_relaxed); }
+  // A connection left on the ready list (its read stopped on this poll's
+  // budget, or its buffer is lent) has bytes whose readiness edge epoll may
+  // have handed out already: the bell keeps wait_fd() readable for them.
+  void prepare_sleep() override {
+    if (!ready_.empty() && !bell_rung_.exchange(true, std::memory_order_acq_rel)) {
+      net::ring_eventfd(bell_.get());
+    }
+  }
   TransportStats stats() const override {
     TransportStats s;
     s.connections = conns_.size();

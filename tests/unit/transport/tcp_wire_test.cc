@@ -594,6 +594,8 @@ TEST_F(TcpPlacementTest, LongPlacementNeedsNoSpinning) {
   while (!marker_arrived() && !d.expired()) {
     if (pump_side(a_) + pump_side(b_) > 0) continue;
     ++sleeps;
+    a_->t->prepare_sleep();  // as the engine arms before it sleeps
+    b_->t->prepare_sleep();
     if (::poll(fds.data(), fds.size(), 2000) == 0) ++timeouts;
   }
   ASSERT_TRUE(marker_arrived());
