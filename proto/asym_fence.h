@@ -8,7 +8,9 @@
 // pointers use the same pair.
 //
 // Registering for membarrier waits for an RCU grace period in the kernel
-// (about 10 ms), so it runs on a thread of its own, started by prepare().
+// (about 10 ms) once the process has a second thread, so then it runs on a
+// thread of its own, started by prepare(); a process of one thread
+// registers at once (the kernel needs no grace period then).
 // Until it is done (or where the kernel has no membarrier, or under
 // ThreadSanitizer, which does not model the kernel's barrier) ready() is
 // false and both sides use seq_cst operations instead.
@@ -27,7 +29,8 @@ namespace lt::proto {
 
 class AsymFence {
  public:
-  /// Starts the registration in the background (once per process).
+  /// Registers (once per process): at once while the process has one
+  /// thread, else in the background.
   static void prepare();
   /// Waits until the registration has ended either way (a few ms, once).
   static void wait_ready();
