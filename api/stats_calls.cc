@@ -59,6 +59,7 @@ int LT_stats(lt_engine_t* e, lt_stats_t* out) {
     o.registrations = t.registrations;
     o.retransmits = t.retransmits;
     o.window_cuts = t.window_cuts;
+    o.qp_resets = t.qp_resets;
   }
   return 0;
 }

@@ -45,7 +45,7 @@ constexpr Command kCommands[] = {
      cmd_transport},
     {"stats",
      "-> ok served=N malformed=N late=N ring_calls=N ring_replies=N split_recvs=N "
-     "NAME:conns=N,qps=N,spare=N,regs=N,rexmit=N,cuts=N ... (LT_stats, one "
+     "NAME:conns=N,qps=N,spare=N,regs=N,rexmit=N,cuts=N,resets=N ... (LT_stats, one "
      "NAME: per transport)",
      cmd_stats},
     {"peers",

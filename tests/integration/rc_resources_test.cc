@@ -367,8 +367,11 @@ TEST(UdRecovery, AQpInErrorIsResetAndNoOperationFails) {
     printf("node a stats: %s\nnode b stats: %s\n", a->cmd("stats").c_str(),
            b->cmd("stats").c_str());
   }
-  // What went down with the QP was sent again (nothing else is lost here).
-  EXPECT_GT(stat(a->cmd("stats"), "ud:rexmit"), 0);
+  // The QP was put back in service. Whether a datagram was still in the
+  // device when it failed depends on the device's timing (Soft-RoCE may
+  // have sent the 30th post already): what was, was sent again, which the
+  // operations above arriving whole show; the count of those is not fixed.
+  EXPECT_GE(stat(a->cmd("stats"), "ud:resets"), 1);
   const std::string t = a->cmd("transport " + ib);
   EXPECT_EQ(t.rfind("ok ud", 0), 0u) << t;
   EXPECT_EQ(a->cmd("rpc " + ib + " 1 0a0b0c"), "ok 0a0b0c");

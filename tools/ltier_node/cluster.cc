@@ -34,7 +34,7 @@ std::string cmd_stats(lt_engine_t* e, Args&) {
     s += std::string(" ") + t.name + ":conns=" + std::to_string(t.connections) +
          ",qps=" + std::to_string(t.queue_pairs) + ",spare=" + std::to_string(t.spare_queue_pairs) +
          ",regs=" + std::to_string(t.registrations) + ",rexmit=" + std::to_string(t.retransmits) +
-         ",cuts=" + std::to_string(t.window_cuts);
+         ",cuts=" + std::to_string(t.window_cuts) + ",resets=" + std::to_string(t.qp_resets);
   }
   return s;
 }

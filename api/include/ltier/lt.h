@@ -346,6 +346,7 @@ typedef struct lt_transport_stats {
   uint64_t retransmits;       /* ud: datagrams sent again (timeouts, reported holes) */
   uint64_t window_cuts;       /* ud: congestion window cuts, summed over peers (receivers'
                                  marks, losses and retransmission timeouts) */
+  uint64_t qp_resets;         /* ud: times its QP was found in error and put back in service */
 } lt_transport_stats_t;
 typedef struct lt_stats {
   uint64_t served;       /* requests from peers this node's CPU served (messages, RPC,

@@ -131,6 +131,7 @@ py::dict stats(EngineState& s) {
     td["spare_queue_pairs"] = t.spare_queue_pairs;
     td["retransmits"] = t.retransmits;
     td["window_cuts"] = t.window_cuts;
+    td["qp_resets"] = t.qp_resets;
     td["registrations"] = t.registrations;
     ts.append(td);
   }
