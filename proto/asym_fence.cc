@@ -80,7 +80,7 @@ void AsymFence::prepare() {
       d.cv.notify_all();
     };
     // The kernel skips the grace period for a process of one thread, so
-    // there the registration is one quick system call, cheaper than the
+    // there the registration is two quick system calls, cheaper than the
     // thread that would hide it (a thread's start cost 150 us on a VM
     // whose page faults exit to the hypervisor).
     if (single_threaded()) {
